@@ -1,0 +1,519 @@
+//! Building the [`Graph`] from decoded `NodeDef`s or from flat node specs.
+//!
+//! # Complexity
+//! O(N + E + D) time and memory for N nodes, E edges and D shape dimensions;
+//! one hash map of node names (FxHash, never iterated, so the result does not
+//! depend on hash order).
+
+use rustc_hash::FxHashMap;
+
+use crate::dtype::DType;
+use crate::error::{PlanError, Result};
+use crate::graph::{Graph, Node, NodeFlags, Tensor, NONE};
+use crate::graphdef::{Attr, RawGraph, RawNode, Shape};
+use crate::opkind;
+
+/// One output of a node spec: dtype (`None`: not known) and shape.
+#[derive(Debug, Clone, PartialEq)]
+pub struct OutSpec {
+    pub dtype: Option<DType>,
+    pub shape: Shape,
+}
+
+/// A node as the builder takes it: the flat-array route into the core.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NodeSpec<'a> {
+    pub name: &'a str,
+    pub op: &'a str,
+    pub device: &'a str,
+    /// Input references in TensorFlow form: `node`, `node:1`, `^node`.
+    pub inputs: Vec<&'a str>,
+    pub outputs: Vec<OutSpec>,
+    /// True when the op calls a function or is control flow.
+    pub calls_function: bool,
+}
+
+/// Options of the graph build.
+#[derive(Debug, Clone, Default)]
+pub struct BuildOptions {
+    /// Tensor (`node:i`) or node name of the loss; inferred when `None`.
+    pub loss: Option<String>,
+    /// Persistent bytes (variables, optimizer slots); read from the graph
+    /// when `None`.
+    pub persistent_bytes: Option<u64>,
+}
+
+/// Turns decoded `NodeDef`s into node specs: output count and shapes from
+/// `_output_shapes` (or `shape` / a `Const` value), dtypes from attributes.
+///
+/// # Complexity
+/// O(N + inputs).
+pub fn specs_from_raw<'a>(raw: &RawGraph<'a>) -> Result<Vec<NodeSpec<'a>>> {
+    let referenced = max_referenced_outputs(raw)?;
+    let mut specs = Vec::with_capacity(raw.nodes.len());
+    for (i, n) in raw.nodes.iter().enumerate() {
+        let shapes: Vec<Shape> = match n.attr("_output_shapes") {
+            Some(Attr::Shapes(s)) => s.clone(),
+            Some(Attr::Shape(s)) => vec![s.clone()],
+            _ => fallback_shapes(n, referenced[i]),
+        };
+        let count = shapes.len();
+        let outputs = shapes
+            .into_iter()
+            .enumerate()
+            .map(|(k, shape)| OutSpec {
+                dtype: output_dtype(n, k, count),
+                shape,
+            })
+            .collect();
+        let calls_function =
+            n.calls_function() || opkind::is_control_flow(n.op) || raw.functions.contains(&n.op);
+        specs.push(NodeSpec {
+            name: n.name,
+            op: n.op,
+            device: n.device,
+            inputs: n.inputs.clone(),
+            outputs,
+            calls_function,
+        });
+    }
+    Ok(specs)
+}
+
+/// For every node, 1 + the largest output index any input references (0 if none).
+fn max_referenced_outputs(raw: &RawGraph<'_>) -> Result<Vec<u32>> {
+    let mut index: FxHashMap<&str, usize> = FxHashMap::default();
+    index.reserve(raw.nodes.len());
+    for (i, n) in raw.nodes.iter().enumerate() {
+        index.insert(n.name, i);
+    }
+    let mut out = vec![0u32; raw.nodes.len()];
+    for n in &raw.nodes {
+        for inp in &n.inputs {
+            if let InputRef::Data(name, k) = parse_input(inp)? {
+                if let Some(&j) = index.get(name) {
+                    out[j] = out[j].max(k + 1);
+                }
+            }
+        }
+    }
+    Ok(out)
+}
+
+fn fallback_shapes(n: &RawNode<'_>, referenced: u32) -> Vec<Shape> {
+    let one = match (n.attr("shape"), n.attr("value")) {
+        (Some(Attr::Shape(s)), _) => s.clone(),
+        (_, Some(Attr::TensorShape(s))) => s.clone(),
+        _ => Shape(None),
+    };
+    let count = if n.attr("shape").is_some() || n.attr("value").is_some() {
+        referenced.max(1)
+    } else {
+        referenced
+    };
+    vec![one; count as usize]
+}
+
+/// The dtype of output `k` of `count`, read from the node's attributes.
+///
+/// Rule, first match wins: a type list (`Tout`, `output_types`, `out_types`,
+/// `component_types`, `T`) with one entry per output; `VarHandleOp` gives a
+/// resource; a single type in `out_type`, `output_type`, `DstT`, `dtype`,
+/// `Tidx` (for `Range`), `T`. `None` if nothing applies.
+fn output_dtype(n: &RawNode<'_>, k: usize, count: usize) -> Option<DType> {
+    for key in ["Tout", "output_types", "out_types", "component_types", "T"] {
+        if let Some(Attr::Types(ts)) = n.attr(key) {
+            if ts.len() == count {
+                return DType::from_proto(ts[k]);
+            }
+        }
+    }
+    if n.op == "VarHandleOp" {
+        return Some(DType::RESOURCE);
+    }
+    let keys: &[&str] = if n.op == "Range" {
+        &["Tidx"]
+    } else {
+        &["out_type", "output_type", "DstT", "dtype", "T"]
+    };
+    keys.iter().find_map(|k| n.attr_type(k))
+}
+
+/// A parsed input reference.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum InputRef<'a> {
+    Data(&'a str, u32),
+    Control(&'a str),
+}
+
+/// Parses `node`, `node:1` and `^node`.
+pub(crate) fn parse_input(s: &str) -> Result<InputRef<'_>> {
+    if let Some(rest) = s.strip_prefix('^') {
+        return Ok(InputRef::Control(rest));
+    }
+    match s.rsplit_once(':') {
+        Some((name, idx)) => idx
+            .parse::<u32>()
+            .map(|k| InputRef::Data(name, k))
+            .map_err(|_| {
+                PlanError::InvalidGraph(format!(
+                    "input reference '{s}' is not of the form node, node:index or ^node"
+                ))
+            }),
+        None => Ok(InputRef::Data(s, 0)),
+    }
+}
+
+/// Builds the graph from node specs.
+///
+/// # Errors
+/// [`PlanError::InvalidGraph`] for no nodes, duplicate names, inputs naming
+/// a missing node or output, negative dimensions, sizes past 2^64 bytes;
+/// [`PlanError::UnknownShape`] for a tensor whose dtype or shape is not
+/// known (handles excepted). Cycles are found by the schedule.
+///
+/// # Complexity
+/// O(N + E + D).
+pub fn build(specs: &[NodeSpec<'_>], opts: &BuildOptions) -> Result<Graph> {
+    if specs.is_empty() {
+        return Err(PlanError::InvalidGraph(
+            "the graph has no nodes: export the traced step with as_graph_def(add_shapes=True)"
+                .into(),
+        ));
+    }
+    if specs.len() >= NONE as usize / 2 {
+        return Err(PlanError::InvalidGraph("more than 2^31 nodes".into()));
+    }
+    let mut g = Graph::default();
+    let index = name_index(specs)?;
+    add_nodes_and_tensors(&mut g, specs)?;
+    add_edges(&mut g, specs, &index)?;
+    add_consumers(&mut g);
+    set_flags_and_aliases(&mut g);
+    crate::phase::classify(&mut g, opts.loss.as_deref(), &index)?;
+    g.persistent_bytes = match opts.persistent_bytes {
+        Some(b) => b,
+        None => persistent_bytes(&g),
+    };
+    Ok(g)
+}
+
+fn name_index<'a>(specs: &[NodeSpec<'a>]) -> Result<FxHashMap<&'a str, u32>> {
+    let mut index: FxHashMap<&str, u32> = FxHashMap::default();
+    index.reserve(specs.len());
+    for (i, s) in specs.iter().enumerate() {
+        if s.name.is_empty() {
+            return Err(PlanError::InvalidGraph(format!(
+                "node {i} (op {}) has an empty name",
+                s.op
+            )));
+        }
+        if index.insert(s.name, i as u32).is_some() {
+            return Err(PlanError::InvalidGraph(format!(
+                "two nodes are named '{}': node names must be unique",
+                s.name
+            )));
+        }
+    }
+    Ok(index)
+}
+
+fn intern(table: &mut Vec<Box<str>>, map: &mut FxHashMap<String, u32>, s: &str) -> u32 {
+    if let Some(&i) = map.get(s) {
+        return i;
+    }
+    table.push(s.into());
+    map.insert(s.to_owned(), table.len() as u32 - 1);
+    table.len() as u32 - 1
+}
+
+fn add_nodes_and_tensors(g: &mut Graph, specs: &[NodeSpec<'_>]) -> Result<()> {
+    let mut op_map = FxHashMap::default();
+    let mut dev_map = FxHashMap::default();
+    intern(&mut g.devices, &mut dev_map, "");
+    g.nodes.reserve(specs.len());
+    g.out_off.reserve(specs.len() + 1);
+    g.out_off.push(0);
+    for (i, s) in specs.iter().enumerate() {
+        let op = intern(&mut g.ops, &mut op_map, s.op);
+        let device = intern(&mut g.devices, &mut dev_map, s.device);
+        let mut flags = 0u8;
+        if s.calls_function {
+            flags |= NodeFlags::CALLS_FUNCTION | NodeFlags::NO_RECOMPUTE;
+        }
+        if s.inputs.is_empty() {
+            flags |= NodeFlags::SOURCE;
+        }
+        g.nodes.push(Node {
+            name: s.name.into(),
+            op,
+            device,
+            flags: NodeFlags(flags),
+        });
+        for (k, o) in s.outputs.iter().enumerate() {
+            let t = make_tensor(g, s, i as u32, k as u32, o)?;
+            g.tensors.push(t);
+        }
+        if g.tensors.len() >= NONE as usize {
+            return Err(PlanError::InvalidGraph("more than 2^32 tensors".into()));
+        }
+        g.out_off.push(g.tensors.len() as u32);
+    }
+    Ok(())
+}
+
+fn make_tensor(
+    g: &mut Graph,
+    s: &NodeSpec<'_>,
+    node: u32,
+    index: u32,
+    o: &OutSpec,
+) -> Result<Tensor> {
+    let tname = || format!("{}:{}", s.name, index);
+    let dtype = match o.dtype {
+        Some(d) => d,
+        None => {
+            return Err(PlanError::UnknownShape {
+                tensor: tname(),
+                what: format!("no dtype the planner can read (op {})", s.op),
+            })
+        }
+    };
+    let shape_off = g.dims.len() as u32;
+    let dims: &[i64] = match &o.shape.0 {
+        Some(d) => d,
+        None if dtype.is_handle() => &[],
+        None => {
+            return Err(PlanError::UnknownShape {
+                tensor: tname(),
+                what: "an unknown rank".into(),
+            })
+        }
+    };
+    if dims.len() > 255 {
+        return Err(PlanError::InvalidGraph(format!(
+            "tensor '{}' has rank {} (> 255)",
+            tname(),
+            dims.len()
+        )));
+    }
+    let mut elements: u64 = 1;
+    for &d in dims {
+        if d < -1 {
+            return Err(PlanError::InvalidGraph(format!(
+                "tensor '{}' has a negative dimension {d}",
+                tname()
+            )));
+        }
+        if d == -1 && !dtype.is_handle() {
+            return Err(PlanError::UnknownShape {
+                tensor: tname(),
+                what: format!("a partially unknown shape {:?}", dims),
+            });
+        }
+        elements = elements
+            .checked_mul(d.max(0) as u64)
+            .ok_or_else(|| overflow(&tname()))?;
+    }
+    let value_bytes = elements
+        .checked_mul(dtype.size())
+        .ok_or_else(|| overflow(&tname()))?;
+    g.dims.extend_from_slice(dims);
+    Ok(Tensor {
+        node,
+        index,
+        dtype,
+        bytes: value_bytes,
+        value_bytes,
+        alias_of: NONE,
+        shape_off,
+        rank: dims.len() as u8,
+    })
+}
+
+fn overflow(t: &str) -> PlanError {
+    PlanError::InvalidGraph(format!(
+        "tensor '{t}' has a byte size that overflows 64 bits"
+    ))
+}
+
+fn add_edges(g: &mut Graph, specs: &[NodeSpec<'_>], index: &FxHashMap<&str, u32>) -> Result<()> {
+    g.in_off.reserve(specs.len() + 1);
+    g.ctl_off.reserve(specs.len() + 1);
+    g.in_off.push(0);
+    g.ctl_off.push(0);
+    for s in specs {
+        for inp in &s.inputs {
+            match parse_input(inp)? {
+                InputRef::Data(name, k) => {
+                    let src = lookup(index, name, s.name)?;
+                    let (lo, hi) = (g.out_off[src as usize], g.out_off[src as usize + 1]);
+                    if k >= hi - lo {
+                        return Err(PlanError::InvalidGraph(format!(
+                            "node '{}' reads output {k} of '{name}', which has {} output(s)",
+                            s.name,
+                            hi - lo
+                        )));
+                    }
+                    g.in_tensor.push(lo + k);
+                }
+                InputRef::Control(name) => g.ctl_src.push(lookup(index, name, s.name)?),
+            }
+        }
+        g.in_off.push(g.in_tensor.len() as u32);
+        g.ctl_off.push(g.ctl_src.len() as u32);
+    }
+    Ok(())
+}
+
+fn lookup(index: &FxHashMap<&str, u32>, name: &str, user: &str) -> Result<u32> {
+    index.get(name).copied().ok_or_else(|| {
+        PlanError::InvalidGraph(format!(
+            "node '{user}' has an input from '{name}', which is not in the graph"
+        ))
+    })
+}
+
+/// Consumers of every tensor and control consumers of every node, by counting sort.
+fn add_consumers(g: &mut Graph) {
+    let nt = g.tensors.len();
+    let mut count = vec![0u32; nt + 1];
+    for &t in &g.in_tensor {
+        count[t as usize + 1] += 1;
+    }
+    for i in 0..nt {
+        count[i + 1] += count[i];
+    }
+    let mut fill = count.clone();
+    g.cons_node = vec![0; g.in_tensor.len()];
+    g.cons_slot = vec![0; g.in_tensor.len()];
+    for n in 0..g.nodes.len() {
+        let (lo, hi) = (g.in_off[n] as usize, g.in_off[n + 1] as usize);
+        for k in lo..hi {
+            let t = g.in_tensor[k] as usize;
+            let at = fill[t] as usize;
+            g.cons_node[at] = n as u32;
+            g.cons_slot[at] = (k - lo) as u32;
+            fill[t] += 1;
+        }
+    }
+    g.cons_off = count;
+    let nn = g.nodes.len();
+    let mut ccount = vec![0u32; nn + 1];
+    for &s in &g.ctl_src {
+        ccount[s as usize + 1] += 1;
+    }
+    for i in 0..nn {
+        ccount[i + 1] += ccount[i];
+    }
+    let mut cfill = ccount.clone();
+    g.ctl_dst = vec![0; g.ctl_src.len()];
+    for n in 0..nn {
+        for k in g.ctl_off[n]..g.ctl_off[n + 1] {
+            let s = g.ctl_src[k as usize] as usize;
+            g.ctl_dst[cfill[s] as usize] = n as u32;
+            cfill[s] += 1;
+        }
+    }
+    g.ctl_dst_off = ccount;
+}
+
+/// Variable, write, no-recompute flags and buffer aliases, from op kinds and
+/// the dtypes of inputs.
+fn set_flags_and_aliases(g: &mut Graph) {
+    for n in 0..g.nodes.len() {
+        let op = g.ops[g.nodes[n].op as usize].clone();
+        let outs = g.outputs(n as u32);
+        let reads_handle = g
+            .inputs(n as u32)
+            .iter()
+            .any(|&t| g.tensors[t as usize].dtype == DType::RESOURCE);
+        let mut f = g.nodes[n].flags.0;
+        let out_resource = outs
+            .clone()
+            .any(|t| g.tensors[t as usize].dtype == DType::RESOURCE);
+        if f & NodeFlags::SOURCE != 0 && out_resource {
+            f |= NodeFlags::VARIABLE;
+        }
+        if reads_handle && outs.is_empty() {
+            f |= NodeFlags::WRITES_VARIABLE;
+        }
+        if reads_handle || outs.is_empty() || opkind::never_recompute(&op) {
+            f |= NodeFlags::NO_RECOMPUTE;
+        }
+        g.nodes[n].flags = NodeFlags(f);
+        if opkind::reads_variable(&op, reads_handle) {
+            for t in outs {
+                g.tensors[t as usize].bytes = 0;
+            }
+        } else if let Some(k) = opkind::aliased_input(&op) {
+            let (lo, hi) = (g.in_off[n] as usize, g.in_off[n + 1] as usize);
+            for t in outs {
+                let slot = if k == usize::MAX {
+                    (t - g.out_off[n]) as usize
+                } else {
+                    k
+                };
+                if lo + slot < hi {
+                    let src = g.in_tensor[lo + slot];
+                    if g.tensors[src as usize].dtype.size() == g.tensors[t as usize].dtype.size() {
+                        g.tensors[t as usize].alias_of = src;
+                        g.tensors[t as usize].bytes = 0;
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Persistent bytes read from the graph: for every variable handle, the
+/// largest value read from it (the output of a node that takes the handle
+/// and returns one non-handle tensor).
+///
+/// # Complexity
+/// O(N + E).
+fn persistent_bytes(g: &Graph) -> u64 {
+    let mut total = 0u64;
+    for n in 0..g.nodes.len() as u32 {
+        if !g.nodes[n as usize].flags.has(NodeFlags::VARIABLE) {
+            continue;
+        }
+        let mut best = 0u64;
+        for h in g.outputs(n) {
+            for &c in g.consumers(h) {
+                let outs = g.outputs(c);
+                if outs.len() == 1 {
+                    let t = &g.tensors[outs.start as usize];
+                    if !t.dtype.is_handle() {
+                        best = best.max(t.value_bytes);
+                    }
+                }
+            }
+        }
+        total = total.saturating_add(best);
+    }
+    total
+}
+
+/// Decodes and builds in one call.
+///
+/// # Errors
+/// Those of [`crate::graphdef::decode`], [`specs_from_raw`] and [`build`].
+pub fn graph_from_bytes(bytes: &[u8], opts: &BuildOptions) -> Result<Graph> {
+    let raw = crate::graphdef::decode(bytes)?;
+    let specs = specs_from_raw(&raw)?;
+    build(&specs, opts)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_every_input_form() {
+        assert_eq!(parse_input("a").unwrap(), InputRef::Data("a", 0));
+        assert_eq!(parse_input("a/b:3").unwrap(), InputRef::Data("a/b", 3));
+        assert_eq!(parse_input("^a").unwrap(), InputRef::Control("a"));
+        assert!(parse_input("a:x").is_err());
+    }
+}

@@ -1,0 +1,69 @@
+//! hybridplan-core: plans which activations of a training step to swap to
+//! host memory and which to recompute, under a device memory budget.
+//!
+//! The crate knows nothing of Python or TensorFlow: it reads a serialized
+//! `GraphDef` (or flat node specs) and works on integer ids, byte sizes and
+//! seconds. The phases, each in its own module:
+//!
+//! | phase | module | what |
+//! |---|---|---|
+//! | decode | [`graphdef`] | `GraphDef` bytes -> borrowed node records |
+//! | build | [`build`] | node records -> [`graph::Graph`] (CSR arrays), op facts from [`opkind`] |
+//! | phases | [`phase`] | forward / backward / update from the loss |
+//! | schedule | [`schedule`] | deterministic topological order |
+//! | liveness | [`liveness`] | live intervals, memory timeline, peak |
+//!
+//! ```ignore
+//! use hybridplan_core::{analyze, build::BuildOptions, synth};
+//! let bytes = synth::residual_graphdef(&synth::SynthSpec { blocks: 2, ..Default::default() });
+//! let a = analyze(&bytes, &BuildOptions::default()).unwrap();
+//! assert!(a.liveness.peak_bytes > a.graph.persistent_bytes);
+//! ```ignore
+
+pub mod build;
+pub mod dtype;
+pub mod error;
+pub mod graph;
+pub mod graphdef;
+pub mod liveness;
+pub mod opkind;
+pub mod phase;
+pub mod schedule;
+// pub mod synth;
+pub(crate) mod wire;
+
+pub use error::{PlanError, Result};
+
+/// A graph with its schedule and liveness.
+#[derive(Debug, Clone)]
+pub struct Analysis {
+    pub graph: graph::Graph,
+    pub schedule: schedule::Schedule,
+    pub liveness: liveness::Liveness,
+}
+
+/// Decodes, builds, schedules and analyses a serialized `GraphDef`.
+///
+/// # Errors
+/// Any [`PlanError`] of the decode, build and schedule phases.
+///
+/// # Complexity
+/// O(bytes + N log N + E).
+pub fn analyze(bytes: &[u8], opts: &build::BuildOptions) -> Result<Analysis> {
+    let graph = build::graph_from_bytes(bytes, opts)?;
+    analyze_graph(graph)
+}
+
+/// Schedules and analyses an already built graph.
+///
+/// # Errors
+/// [`PlanError::Cycle`].
+pub fn analyze_graph(graph: graph::Graph) -> Result<Analysis> {
+    let schedule = schedule::schedule(&graph)?;
+    let liveness = liveness::liveness(&graph, &schedule);
+    Ok(Analysis {
+        graph,
+        schedule,
+        liveness,
+    })
+}

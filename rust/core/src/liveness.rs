@@ -1,0 +1,144 @@
+//! Live intervals of every tensor and the device memory timeline.
+//!
+//! # The model
+//! A tensor's buffer is allocated when its producer runs and freed after the
+//! last op that reads it (or reads an alias of it: `Identity`, `Reshape`...
+//! share their input's buffer, see `opkind::aliased_input`). A tensor nobody
+//! reads lives while its producer runs. `timeline[p]` is the persistent bytes
+//! plus every buffer live while the op at position `p` runs (its inputs and
+//! its outputs together).
+//!
+//! # Complexity
+//! O(N + T + E) time and O(T + N) memory.
+
+use crate::graph::{Graph, NONE};
+use crate::schedule::Schedule;
+
+/// Live intervals and the memory timeline.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Liveness {
+    /// Position at which each tensor is produced.
+    pub produce: Vec<u32>,
+    /// Last position at which each tensor's buffer is needed.
+    pub last_use: Vec<u32>,
+    /// The tensor that owns each tensor's buffer (itself unless an alias).
+    pub owner: Vec<u32>,
+    /// Bytes in use while the op at each position runs (persistent included).
+    pub timeline: Vec<u64>,
+    pub peak_bytes: u64,
+    /// First position at which the peak is reached.
+    pub peak_pos: u32,
+}
+
+/// Computes liveness for a schedule.
+pub fn liveness(g: &Graph, s: &Schedule) -> Liveness {
+    let nt = g.num_tensors();
+    let mut produce = vec![0u32; nt];
+    let mut last_use = vec![0u32; nt];
+    for (t, tt) in g.tensors.iter().enumerate() {
+        let p = s.pos[tt.node as usize];
+        produce[t] = p;
+        last_use[t] = g
+            .consumers(t as u32)
+            .iter()
+            .map(|&c| s.pos[c as usize])
+            .max()
+            .unwrap_or(p)
+            .max(p);
+    }
+    let owner = resolve_owners(g, s);
+    // Aliases extend their owner's life (reverse schedule order so chains
+    // resolve in one pass: an alias is produced after its owner).
+    for &v in s.order.iter().rev() {
+        for t in g.outputs(v) {
+            let o = owner[t as usize];
+            if o != t {
+                last_use[o as usize] = last_use[o as usize].max(last_use[t as usize]);
+            }
+        }
+    }
+    let timeline = memory_timeline(g, &produce, &last_use, s.order.len());
+    let (peak_pos, peak_bytes) =
+        timeline
+            .iter()
+            .enumerate()
+            .fold(
+                (0u32, 0u64),
+                |(bp, bb), (p, &b)| if b > bb { (p as u32, b) } else { (bp, bb) },
+            );
+    Liveness {
+        produce,
+        last_use,
+        owner,
+        timeline,
+        peak_bytes,
+        peak_pos,
+    }
+}
+
+/// Resolves alias chains to the owning tensor, in schedule order.
+fn resolve_owners(g: &Graph, s: &Schedule) -> Vec<u32> {
+    let mut owner: Vec<u32> = (0..g.num_tensors() as u32).collect();
+    for &v in &s.order {
+        for t in g.outputs(v) {
+            let a = g.tensors[t as usize].alias_of;
+            if a != NONE {
+                owner[t as usize] = owner[a as usize];
+            }
+        }
+    }
+    owner
+}
+
+/// Difference-array sweep: + bytes at produce, - bytes after last use.
+pub(crate) fn memory_timeline(
+    g: &Graph,
+    produce: &[u32],
+    last_use: &[u32],
+    len: usize,
+) -> Vec<u64> {
+    let mut delta = vec![0i128; len + 1];
+    for (t, tt) in g.tensors.iter().enumerate() {
+        if tt.bytes == 0 {
+            continue;
+        }
+        delta[produce[t] as usize] += i128::from(tt.bytes);
+        delta[last_use[t] as usize + 1] -= i128::from(tt.bytes);
+    }
+    let mut cur: i128 = i128::from(g.persistent_bytes);
+    delta[..len]
+        .iter()
+        .map(|d| {
+            cur += d;
+            cur.clamp(0, i128::from(u64::MAX)) as u64
+        })
+        .collect()
+}
+
+impl Liveness {
+    /// The `k` largest tensors live at the peak, largest first (ties by id).
+    ///
+    /// # Complexity
+    /// O(T log k).
+    pub fn live_at_peak(&self, g: &Graph, k: usize) -> Vec<u32> {
+        self.live_at(g, self.peak_pos, k)
+    }
+
+    /// The `k` largest owned tensors live at position `p`.
+    pub fn live_at(&self, g: &Graph, p: u32, k: usize) -> Vec<u32> {
+        let mut live: Vec<u32> = (0..g.num_tensors() as u32)
+            .filter(|&t| {
+                let i = t as usize;
+                g.tensors[i].bytes > 0 && self.produce[i] <= p && p <= self.last_use[i]
+            })
+            .collect();
+        live.sort_by(|&a, &b| {
+            g.tensors[b as usize]
+                .bytes
+                .cmp(&g.tensors[a as usize].bytes)
+                .then(a.cmp(&b))
+        });
+        live.truncate(k);
+        live
+    }
+}

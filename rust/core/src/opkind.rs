@@ -1,0 +1,148 @@
+//! What the planner knows about op types: which are control flow, which must
+//! never be cloned, which share their input's buffer, which are checkpoint
+//! ops that head a recompute unit.
+//!
+//! These are facts about TensorFlow op semantics (the op registry), not about
+//! any model: no decision anywhere depends on node names.
+
+/// Control-flow and function-call ops (TF2 functional and TF1 dataflow forms).
+pub fn is_control_flow(op: &str) -> bool {
+    matches!(
+        op,
+        "While"
+            | "StatelessWhile"
+            | "If"
+            | "StatelessIf"
+            | "Case"
+            | "StatelessCase"
+            | "PartitionedCall"
+            | "StatefulPartitionedCall"
+            | "Enter"
+            | "Exit"
+            | "Switch"
+            | "Merge"
+            | "NextIteration"
+            | "LoopCond"
+            | "RefEnter"
+            | "RefSwitch"
+            | "RefMerge"
+            | "_If"
+            | "_While"
+            | "SymbolicGradient"
+            | "RemoteCall"
+    )
+}
+
+/// Ops that must never be recomputed: random (stateful RNG), side effects,
+/// collectives, I/O, and sources. Ops that take a resource handle (variable
+/// reads and writes, iterators) are excluded separately by the builder.
+/// Stateless random ops (`StatelessRandom*`) are deterministic given their
+/// seed input and may be recomputed.
+pub fn never_recompute(op: &str) -> bool {
+    if op.starts_with("Stateless") {
+        return false;
+    }
+    op.contains("Random")
+        || op.starts_with("Collective")
+        || op.starts_with("Nccl")
+        || op.starts_with("_Send")
+        || op.starts_with("_Recv")
+        || op.starts_with("_HostSend")
+        || op.starts_with("_HostRecv")
+        || op.starts_with("Print")
+        || op.starts_with("Iterator")
+        || op.starts_with("Save")
+        || op.starts_with("Restore")
+        || matches!(
+            op,
+            "TruncatedNormal"
+                | "Multinomial"
+                | "ParameterizedTruncatedNormal"
+                | "Assert"
+                | "Placeholder"
+                | "PlaceholderWithDefault"
+                | "_Arg"
+                | "_Retval"
+                | "Const"
+                | "HostConst"
+                | "VarHandleOp"
+                | "VariableV2"
+                | "Variable"
+                | "NoOp"
+                | "DeepCopy"
+                | "Empty"
+                | "TemporaryVariable"
+                | "DestroyTemporaryVariable"
+                | "Timestamp"
+                | "MutableHashTable"
+                | "HashTable"
+                | "HashTableV2"
+                | "MutableHashTableV2"
+                | "DebugIdentity"
+                | "DebugIdentityV2"
+                | "DebugIdentityV3"
+                | "Unique"
+                | "XlaLaunch"
+                | "_XlaRun"
+        )
+}
+
+/// True if the op's output aliases a variable's buffer (a read of a handle).
+pub fn reads_variable(op: &str, takes_handle: bool) -> bool {
+    takes_handle && op == "ReadVariableOp"
+}
+
+/// For ops whose output shares an input's buffer: the input slot it
+/// aliases (`usize::MAX`: output i aliases input i). TensorFlow forwards the
+/// buffer for these ops instead of copying.
+pub fn aliased_input(op: &str) -> Option<usize> {
+    match op {
+        "Identity" | "StopGradient" | "PreventGradient" | "Snapshot" | "Reshape" | "Squeeze"
+        | "ExpandDims" | "EnsureShape" | "CheckNumerics" | "CheckNumericsV2" | "Bitcast" => Some(0),
+        "IdentityN" => Some(usize::MAX),
+        _ => None,
+    }
+}
+
+/// Checkpoint ops: the expensive, parameterised ops that head a recompute
+/// unit (see `partition.rs`).
+pub fn is_checkpoint(op: &str) -> bool {
+    matches!(
+        op,
+        "Conv2D"
+            | "Conv3D"
+            | "DepthwiseConv2dNative"
+            | "MatMul"
+            | "BatchMatMul"
+            | "BatchMatMulV2"
+            | "BatchMatMulV3"
+            | "Einsum"
+            | "_FusedConv2D"
+            | "_FusedMatMul"
+            | "Conv"
+            | "Conv2DBackpropInput"
+            | "Conv3DBackpropInputV2"
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn random_is_never_recomputed_but_stateless_random_is() {
+        assert!(never_recompute("RandomUniform"));
+        assert!(never_recompute("RandomStandardNormal"));
+        assert!(never_recompute("CollectiveReduceV2"));
+        assert!(!never_recompute("StatelessRandomUniformV2"));
+        assert!(!never_recompute("Relu"));
+        assert!(!never_recompute("Conv2D"));
+    }
+
+    #[test]
+    fn aliases() {
+        assert_eq!(aliased_input("Reshape"), Some(0));
+        assert_eq!(aliased_input("IdentityN"), Some(usize::MAX));
+        assert_eq!(aliased_input("Relu"), None);
+    }
+}

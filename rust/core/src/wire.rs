@@ -1,0 +1,186 @@
+//! A minimal, zero-copy protobuf wire-format reader and writer.
+//!
+//! Only what the GraphDef decoder and the synthetic generator need. Every
+//! read is bounds-checked: malformed input gives [`PlanError::Decode`],
+//! never a panic, and no length read from the input is trusted before it is
+//! checked against the bytes that remain.
+
+use crate::error::{PlanError, Result};
+
+/// Protobuf wire types.
+pub(crate) const VARINT: u8 = 0;
+pub(crate) const FIXED64: u8 = 1;
+pub(crate) const LEN: u8 = 2;
+pub(crate) const FIXED32: u8 = 5;
+
+/// A cursor over a protobuf message.
+pub(crate) struct Reader<'a> {
+    buf: &'a [u8],
+    pos: usize,
+}
+
+impl<'a> Reader<'a> {
+    pub(crate) fn new(buf: &'a [u8]) -> Self {
+        Reader { buf, pos: 0 }
+    }
+
+    pub(crate) fn at_end(&self) -> bool {
+        self.pos >= self.buf.len()
+    }
+
+    pub(crate) fn varint(&mut self) -> Result<u64> {
+        let mut v: u64 = 0;
+        for shift in (0..70).step_by(7) {
+            let Some(&b) = self.buf.get(self.pos) else {
+                return Err(err_at(self.pos, "truncated varint"));
+            };
+            self.pos += 1;
+            if shift == 63 && b > 1 {
+                return Err(err_at(self.pos, "varint overflows 64 bits"));
+            }
+            v |= u64::from(b & 0x7f) << shift;
+            if b & 0x80 == 0 {
+                return Ok(v);
+            }
+        }
+        Err(err_at(self.pos, "varint longer than 10 bytes"))
+    }
+
+    /// Reads a field key: (field number, wire type).
+    pub(crate) fn key(&mut self) -> Result<(u32, u8)> {
+        let k = self.varint()?;
+        let field = k >> 3;
+        if field == 0 || field > u64::from(u32::MAX >> 3) {
+            return Err(err_at(self.pos, "invalid field number"));
+        }
+        Ok((field as u32, (k & 7) as u8))
+    }
+
+    /// Reads a length-delimited payload.
+    pub(crate) fn bytes(&mut self) -> Result<&'a [u8]> {
+        let len = self.varint()?;
+        let remaining = (self.buf.len() - self.pos) as u64;
+        if len > remaining {
+            return Err(err_at(
+                self.pos,
+                &format!("declared length {len} exceeds the {remaining} bytes that remain"),
+            ));
+        }
+        let start = self.pos;
+        self.pos += len as usize;
+        Ok(&self.buf[start..self.pos])
+    }
+
+    pub(crate) fn str(&mut self) -> Result<&'a str> {
+        let at = self.pos;
+        let b = self.bytes()?;
+        std::str::from_utf8(b).map_err(|_| err_at(at, "string field is not valid UTF-8"))
+    }
+
+    /// Skips a field of the given wire type.
+    pub(crate) fn skip(&mut self, wire: u8) -> Result<()> {
+        match wire {
+            VARINT => self.varint().map(|_| ()),
+            FIXED64 => self.advance(8),
+            LEN => self.bytes().map(|_| ()),
+            FIXED32 => self.advance(4),
+            _ => Err(err_at(self.pos, &format!("unsupported wire type {wire}"))),
+        }
+    }
+
+    fn advance(&mut self, n: usize) -> Result<()> {
+        if self.buf.len() - self.pos < n {
+            return Err(err_at(self.pos, "truncated fixed-width field"));
+        }
+        self.pos += n;
+        Ok(())
+    }
+
+    /// Reads a repeated varint field that may be packed (LEN) or not.
+    pub(crate) fn varints(&mut self, wire: u8, out: &mut Vec<i64>) -> Result<()> {
+        if wire == LEN {
+            let mut r = Reader::new(self.bytes()?);
+            while !r.at_end() {
+                out.push(r.varint()? as i64);
+            }
+            Ok(())
+        } else if wire == VARINT {
+            out.push(self.varint()? as i64);
+            Ok(())
+        } else {
+            Err(err_at(
+                self.pos,
+                "repeated integer field with a wrong wire type",
+            ))
+        }
+    }
+}
+
+fn err_at(pos: usize, what: &str) -> PlanError {
+    PlanError::Decode(format!("{what} at byte {pos}"))
+}
+
+/// A protobuf writer (used by the synthetic generator and tests).
+#[derive(Default)]
+pub(crate) struct Writer {
+    pub(crate) buf: Vec<u8>,
+}
+
+impl Writer {
+    pub(crate) fn varint(&mut self, mut v: u64) {
+        while v >= 0x80 {
+            self.buf.push((v as u8) | 0x80);
+            v >>= 7;
+        }
+        self.buf.push(v as u8);
+    }
+
+    pub(crate) fn key(&mut self, field: u32, wire: u8) {
+        self.varint((u64::from(field) << 3) | u64::from(wire));
+    }
+
+    pub(crate) fn bytes_field(&mut self, field: u32, b: &[u8]) {
+        self.key(field, LEN);
+        self.varint(b.len() as u64);
+        self.buf.extend_from_slice(b);
+    }
+
+    pub(crate) fn varint_field(&mut self, field: u32, v: u64) {
+        self.key(field, VARINT);
+        self.varint(v);
+    }
+
+    /// Writes a nested message produced by `f`.
+    pub(crate) fn message(&mut self, field: u32, f: impl FnOnce(&mut Writer)) {
+        let mut inner = Writer::default();
+        f(&mut inner);
+        self.bytes_field(field, &inner.buf);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn varint_round_trip() {
+        for v in [0u64, 1, 127, 128, 300, u32::MAX as u64, u64::MAX] {
+            let mut w = Writer::default();
+            w.varint(v);
+            assert_eq!(Reader::new(&w.buf).varint().unwrap(), v);
+        }
+    }
+
+    #[test]
+    fn truncated_and_oversized_inputs_are_errors() {
+        assert!(Reader::new(&[0x80]).varint().is_err());
+        assert!(Reader::new(&[0xff; 11]).varint().is_err());
+        // declared length 1000 with 1 byte left
+        let mut w = Writer::default();
+        w.varint(1000);
+        w.buf.push(0);
+        assert!(Reader::new(&w.buf).bytes().is_err());
+        assert!(Reader::new(&[0x0b]).key().is_ok()); // field 1, wire 3
+        assert!(Reader::new(&[0x0b]).skip(3).is_err());
+    }
+}
