@@ -28,6 +28,7 @@ pub mod graphdef;
 pub mod liveness;
 pub mod opkind;
 pub mod phase;
+pub mod plan;
 pub mod schedule;
 // pub mod synth;
 pub(crate) mod wire;
