@@ -1,0 +1,55 @@
+"""hybridplan: train networks whose activations do not fit in accelerator memory.
+
+hybridplan reads a TensorFlow training step's graph, plans in a Rust core
+which activations to swap to host memory and which to recompute, and writes
+the plan back into the graph as real TensorFlow ops.
+
+The planning functions (``analyze``, ``plan``) need no TensorFlow; the ones
+that trace, rewrite and run graphs import it on first use.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+from .analysis import Analysis, LiveTensor, analyze
+from .errors import (
+    BudgetError,
+    HybridplanError,
+    InvalidArgumentError,
+    InvalidGraphError,
+    ShapeError,
+    UnsupportedGraphError,
+)
+
+__all__ = [
+    "Analysis",
+    "BudgetError",
+    "HybridplanError",
+    "InvalidArgumentError",
+    "InvalidGraphError",
+    "LiveTensor",
+    "ShapeError",
+    "Traced",
+    "UnsupportedGraphError",
+    "analyze",
+    "trace",
+    "trace_keras",
+]
+
+__version__ = "0.1.0"
+
+# Attributes that need TensorFlow, imported on first use.
+_LAZY = {
+    "trace": "trace",
+    "trace_keras": "trace",
+    "Traced": "trace",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'hybridplan' has no attribute {name!r}")
+    return getattr(importlib.import_module(f".{module}", __name__), name)

@@ -1,0 +1,119 @@
+"""``hybridplan.analyze``: peak memory and what is live there, no TensorFlow needed."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from . import _core
+from ._graphio import GraphLike, graph_bytes
+
+__all__ = ["Analysis", "LiveTensor", "analyze"]
+
+
+@dataclass(frozen=True)
+class LiveTensor:
+    """A tensor live at some point of the step."""
+
+    name: str
+    bytes: int
+    dtype: str
+    shape: tuple[int, ...]
+    op: str
+
+
+class Analysis:
+    """Memory analysis of one training step (see :func:`analyze`).
+
+    All sizes are bytes. ``timeline[p]`` is the device memory in use while
+    the op at schedule position ``p`` runs, persistent bytes included.
+    """
+
+    def __init__(self, core: _core.CoreAnalysis):
+        self._core = core
+
+    @property
+    def num_nodes(self) -> int:
+        return self._core.num_nodes
+
+    @property
+    def num_tensors(self) -> int:
+        return self._core.num_tensors
+
+    @property
+    def peak_bytes(self) -> int:
+        """Peak device bytes over the step, persistent bytes included."""
+        return self._core.peak_bytes
+
+    @property
+    def persistent_bytes(self) -> int:
+        """Bytes of variables and optimizer slots."""
+        return self._core.persistent_bytes
+
+    @property
+    def activation_peak_bytes(self) -> int:
+        """Peak bytes minus persistent bytes."""
+        return self.peak_bytes - self.persistent_bytes
+
+    @property
+    def peak_position(self) -> int:
+        return self._core.peak_position
+
+    @property
+    def loss(self) -> str | None:
+        """The loss tensor the phases were derived from (``node:index``)."""
+        return self._core.loss
+
+    @property
+    def timeline(self) -> np.ndarray:
+        return self._core.timeline
+
+    @property
+    def order(self) -> np.ndarray:
+        """GraphDef node index at each schedule position."""
+        return self._core.order
+
+    @property
+    def phases(self) -> dict[str, int]:
+        """Number of ops in each phase: forward, backward, update, other."""
+        return dict(self._core.phase_counts())
+
+    def live_at_peak(self, k: int = 10) -> list[LiveTensor]:
+        """The ``k`` largest tensors live at the peak, largest first."""
+        return [
+            LiveTensor(name, nbytes, dtype, tuple(shape), op)
+            for name, nbytes, dtype, shape, op in self._core.live_at_peak(k)
+        ]
+
+    def __repr__(self) -> str:
+        return (
+            f"Analysis(nodes={self.num_nodes}, peak_bytes={self.peak_bytes}, "
+            f"persistent_bytes={self.persistent_bytes}, loss={self.loss!r})"
+        )
+
+
+def analyze(
+    graph: GraphLike, *, loss: str | None = None, persistent_bytes: int | None = None
+) -> Analysis:
+    """Analyses the device memory of a training step.
+
+    Args:
+        graph: a ``GraphDef``, its serialized bytes, a path to a ``.pb`` or
+            ``.pbtxt`` file, or a :class:`~hybridplan.trace.Traced` step.
+        loss: the loss tensor (``"node:0"``); inferred when omitted.
+        persistent_bytes: bytes of variables and optimizer slots; read from
+            the graph when omitted.
+
+    Raises:
+        InvalidGraphError: malformed bytes, cycles, missing inputs.
+        ShapeError: a tensor of unknown shape.
+
+    Example:
+        >>> a = hybridplan.analyze("step.pb")  # doctest: +SKIP
+        >>> a.peak_bytes, a.live_at_peak(3)  # doctest: +SKIP
+    """
+    data, traced_loss = graph_bytes(graph)
+    return Analysis(
+        _core.analyze(data, loss=loss or traced_loss, persistent_bytes=persistent_bytes)
+    )

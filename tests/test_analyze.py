@@ -1,0 +1,169 @@
+"""hybridplan.analyze: the graph model, liveness and the errors of bad input."""
+
+from __future__ import annotations
+
+import pathlib
+
+import numpy as np
+import pytest
+from tensorflow.core.framework import graph_pb2
+
+import hybridplan
+from graphs import chain, node
+
+FIXTURE = pathlib.Path(__file__).parents[1] / "rust/core/tests/fixtures/small_cnn.pb"
+
+
+def test_accepts_graphdef_bytes_path_and_text(tmp_path):
+    gd = graph_pb2.GraphDef.FromString(FIXTURE.read_bytes())
+    a = hybridplan.analyze(gd)
+    assert hybridplan.analyze(gd.SerializeToString()).peak_bytes == a.peak_bytes
+    assert hybridplan.analyze(FIXTURE).peak_bytes == a.peak_bytes
+    txt = tmp_path / "g.pbtxt"
+    txt.write_text(str(gd))
+    assert hybridplan.analyze(txt).peak_bytes == a.peak_bytes
+    assert a.loss == "sparse_categorical_crossentropy/div_no_nan:0"
+    assert a.num_nodes == len(gd.node)
+    assert set(a.phases) == {"forward", "backward", "update", "other"}
+    assert sum(a.phases.values()) == a.num_nodes
+    assert isinstance(a.timeline, np.ndarray) and a.timeline.max() == a.peak_bytes
+
+
+def test_input_is_not_modified():
+    gd = graph_pb2.GraphDef.FromString(FIXTURE.read_bytes())
+    before = gd.SerializeToString()
+    hybridplan.analyze(gd)
+    assert gd.SerializeToString() == before
+
+
+def _reference_peak(gd: graph_pb2.GraphDef, sizes: dict[str, int]) -> int:
+    """Independent liveness: GraphDef order, buffers freed after the last reader."""
+    pos = {n.name: i for i, n in enumerate(gd.node)}
+    last = {name: pos[name] for name in sizes}
+    for n in gd.node:
+        for inp in n.input:
+            if not inp.startswith("^"):
+                src = inp.split(":")[0]
+                last[src] = max(last[src], pos[n.name])
+    peak = 0
+    for i in range(len(gd.node)):
+        live = sum(b for name, b in sizes.items() if pos[name] <= i <= last[name])
+        peak = max(peak, live)
+    return peak
+
+
+def test_peak_matches_an_independent_computation():
+    gd = chain(6, size=250)
+    sizes = {n.name: 4 * 250 for n in gd.node if n.name not in ("loss", "out")}
+    sizes["loss"] = 4
+    sizes["out"] = 0  # an Identity shares its input's buffer
+    a = hybridplan.analyze(gd)
+    assert a.loss == "loss:0"
+    assert a.persistent_bytes == 0
+    assert a.peak_bytes == _reference_peak(gd, sizes)
+    # All six activations plus x and the seed are live when the backward starts.
+    top = a.live_at_peak(3)
+    assert [t.bytes for t in top] == [1000, 1000, 1000]
+
+
+def test_sizes_of_every_common_dtype():
+    from tensorflow.core.framework import types_pb2 as t
+
+    expected = {
+        t.DT_BFLOAT16: 2,
+        t.DT_HALF: 2,
+        t.DT_FLOAT: 4,
+        t.DT_DOUBLE: 8,
+        t.DT_INT8: 1,
+        t.DT_INT16: 2,
+        t.DT_INT32: 4,
+        t.DT_INT64: 8,
+        t.DT_BOOL: 1,
+        t.DT_COMPLEX64: 8,
+        t.DT_COMPLEX128: 16,
+        t.DT_UINT8: 1,
+    }
+    for dtype, size in expected.items():
+        gd = graph_pb2.GraphDef()
+        node(gd, "x", "Placeholder", shapes=[[10, 10]], dtype=dtype)
+        node(gd, "y", "Neg", ["x"], [[10, 10]], dtype=dtype)
+        a = hybridplan.analyze(gd)
+        assert a.peak_bytes == 2 * 100 * size, t.DataType.Name(dtype)
+
+
+def test_huge_tensor_sizes_are_exact():
+    gd = graph_pb2.GraphDef()
+    node(gd, "x", "Placeholder", shapes=[[1, 8000, 8000, 64]])
+    a = hybridplan.analyze(gd)
+    assert a.peak_bytes == 8000 * 8000 * 64 * 4  # 16 GB, past 32 bits
+
+
+@pytest.mark.parametrize(
+    "data",
+    [b"", b"\xff\xff\xff", b"\x0a\xff\xff\xff\xff\x0f", b"\x0a\x05abc"],
+    ids=["empty", "garbage", "huge-length", "truncated"],
+)
+def test_malformed_bytes(data):
+    with pytest.raises(hybridplan.InvalidGraphError) as e:
+        hybridplan.analyze(data)
+    assert "GraphDef" in str(e.value) or "no nodes" in str(e.value)
+
+
+def test_cycle_is_named():
+    gd = graph_pb2.GraphDef()
+    node(gd, "a", "Relu", ["c"], [[4]])
+    node(gd, "b", "Relu", ["a"], [[4]])
+    node(gd, "c", "Relu", ["b"], [[4]])
+    with pytest.raises(
+        hybridplan.InvalidGraphError,
+        match=r"cycle through .*a.*b.*c|cycle through .*b.*c.*a|cycle through .*c.*a.*b",
+    ):
+        hybridplan.analyze(gd)
+
+
+@pytest.mark.parametrize(
+    ("mutate", "match"),
+    [
+        (lambda gd: gd.node[1].input.append("nowhere"), "not in the graph"),
+        (lambda gd: gd.node[1].input.__setitem__(0, "x:3"), "output 3"),
+        (lambda gd: setattr(gd.node[2], "name", "f1"), "two nodes are named"),
+        (lambda gd: gd.node[1].input.__setitem__(0, "x:a"), "not of the form"),
+    ],
+    ids=["missing-node", "missing-output", "duplicate", "bad-ref"],
+)
+def test_invalid_graphs(mutate, match):
+    gd = chain(3)
+    mutate(gd)
+    with pytest.raises(hybridplan.InvalidGraphError, match=match):
+        hybridplan.analyze(gd)
+
+
+def test_unknown_shape_names_the_tensor_and_the_fix():
+    gd = graph_pb2.GraphDef()
+    node(gd, "x", "Placeholder", shapes=[[2, -1]])
+    with pytest.raises(hybridplan.ShapeError, match=r"'x:0'.*concrete input shapes"):
+        hybridplan.analyze(gd)
+    gd = graph_pb2.GraphDef()
+    node(gd, "x", "Placeholder", shapes=[None])
+    with pytest.raises(hybridplan.ShapeError, match="unknown rank"):
+        hybridplan.analyze(gd)
+
+
+def test_negative_dims_and_overflow():
+    gd = graph_pb2.GraphDef()
+    node(gd, "x", "Placeholder", shapes=[[2, -5]])
+    with pytest.raises(hybridplan.InvalidGraphError, match="negative"):
+        hybridplan.analyze(gd)
+    gd = graph_pb2.GraphDef()
+    node(gd, "x", "Placeholder", shapes=[[2**40, 2**40]])
+    with pytest.raises(hybridplan.InvalidGraphError, match="overflows"):
+        hybridplan.analyze(gd)
+
+
+def test_bad_arguments():
+    with pytest.raises(hybridplan.InvalidArgumentError):
+        hybridplan.analyze(12345)
+    with pytest.raises(hybridplan.InvalidArgumentError, match="no such file"):
+        hybridplan.analyze("/nonexistent/graph.pb")
+    with pytest.raises(hybridplan.InvalidArgumentError, match="loss"):
+        hybridplan.analyze(chain(2), loss="nope:0")
