@@ -42,7 +42,12 @@ class Traced:
     Attributes:
         graph_def: the step's ``GraphDef``, built with ``add_shapes=True`` (every node
             carries an ``_output_shapes`` attribute); its function library is empty.
-        loss: tensor name (``"node:index"``) of the loss among :attr:`outputs`.
+        loss: tensor name (``"node:index"``) of the loss among :attr:`outputs`. This is
+            the step's output ``Identity`` (which has the update ``NoOp`` as a control
+            input), what a caller fetches.
+        loss_source: tensor name of the forward-pass value the loss output returns: the
+            first producer that is not an ``Identity`` when following the loss output's
+            data input back. This is where the forward pass ends.
         inputs: node names of the argument placeholders, in argument order (nested
             arguments flattened with ``tf.nest``).
         outputs: tensor names of the step's outputs, in ``tf.nest.flatten`` order of the
@@ -64,6 +69,7 @@ class Traced:
     concrete_function: Any
     variables: list[tf.Variable]
     input_specs: list[tf.TensorSpec] = field(default_factory=list)
+    loss_source: str = ""
 
     def serialized(self) -> bytes:
         """The GraphDef as protobuf wire bytes (what the planning core reads)."""
@@ -155,25 +161,25 @@ def trace_keras(
     """
     import keras
 
-    x = _to_spec(x_spec, 0)
-    y = _to_spec(y_spec, 1)
+    x_sig = _to_spec(x_spec, 0)
+    y_sig = _to_spec(y_spec, 1)
     if isinstance(loss_fn, str):
         loss_fn = keras.losses.get(loss_fn)
     if not model.built:
-        model.build(tuple(x.shape))
+        model.build(tuple(x_sig.shape))
     if not getattr(optimizer, "built", False):
         optimizer.build(model.trainable_variables)
 
-    def train_step(xb: tf.Tensor, yb: tf.Tensor) -> tf.Tensor:
+    def train_step(x: tf.Tensor, y: tf.Tensor) -> tf.Tensor:
         with tf.GradientTape() as tape:
-            loss_value = loss_fn(yb, model(xb, training=True))
+            loss_value = loss_fn(y, model(x, training=True))
             if model.losses:
                 loss_value = loss_value + tf.add_n(model.losses)
         grads = tape.gradient(loss_value, model.trainable_variables)
         optimizer.apply_gradients(zip(grads, model.trainable_variables, strict=True))
         return loss_value
 
-    return trace(train_step, x, y)
+    return trace(train_step, x_sig, y_sig)
 
 
 # --------------------------------------------------------------------------- specs
@@ -239,9 +245,11 @@ def _trace_inlined(python_fn: Callable[..., Any], specs: list[Any], nested_gd: A
     except Exception as exc:  # the nested body may need autograph, lost when inlined
         node = _first_function_call(nested_gd)
         raise UnsupportedGraphError(
-            f"node {node.name!r} (op {node.op}) calls a nested function, and tracing the "
-            f"step with nested tf.functions inlined failed ({type(exc).__name__}: {exc}); "
-            "call the nested function's Python body directly in the step"
+            f"node {node.name!r} (op {node.op}) calls a nested tf.function, and tracing the "
+            "step again with nested tf.functions run as plain Python (no autograph) failed "
+            f"with {type(exc).__name__}: {exc}. A nested function whose Python control flow "
+            "depends on tensor values becomes tf.cond/tf.while_loop, which hybridplan does "
+            "not schedule; make that control flow static, or call a plain Python function"
         ) from exc
     finally:
         tf.config.run_functions_eagerly(before)
@@ -282,7 +290,17 @@ def _make_traced(cf: Any, graph_def: Any, loss: int | str | None) -> Traced:
         concrete_function=cf,
         variables=_variables_in_capture_order(cf),
         input_specs=[tf.TensorSpec(t.shape, t.dtype, name=t.op.name) for t in arg_tensors],
+        loss_source=_through_identities(loss_tensor).name,
     )
+
+
+def _through_identities(tensor: tf.Tensor) -> tf.Tensor:
+    """Follow ``Identity`` ops back to the tensor they forward (bounded by graph size)."""
+    for _ in range(len(tensor.graph.get_operations()) + 1):
+        if tensor.op.type != "Identity":
+            break
+        tensor = tensor.op.inputs[0]
+    return tensor
 
 
 def _find_loss(structured: Any, loss: int | str | None) -> tf.Tensor:

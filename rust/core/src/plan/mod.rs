@@ -69,3 +69,11 @@ impl Plan {
         self.swaps.is_empty() && self.recomputes.is_empty()
     }
 }
+
+pub mod candidates;
+pub mod greedy;
+pub mod memtree;
+pub mod options;
+pub mod partition;
+pub mod planner;
+pub mod stab;

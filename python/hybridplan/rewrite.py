@@ -1,0 +1,475 @@
+"""Write a swap / recompute plan into a training-step GraphDef as real TensorFlow ops.
+
+The plan comes from the planner as a dict whose integers are GraphDef node indices
+(positions in ``graph_def.node``)::
+
+    {"swaps": [{"node": p, "output": k, "after": a,
+                "ins": [{"trigger": t, "consumers": [...], "clone_consumers": [...]}]}],
+     "recomputes": [{"nodes": [...], "trigger": t, "consumers": [...],
+                     "clone_consumers": [...]}]}
+
+What is inserted (semantics of ``rust/core/src/plan.rs``):
+
+- **Swap.** One swap-out node ``<prefix>/swap_out/<i>/<producer>`` copies ``p:k`` to the
+  host; when ``after != p`` it has a control input from ``after``. Each ``ins`` entry
+  ``j`` adds a swap-in node ``<prefix>/swap_in/<i>_<j>/<producer>`` on the device that
+  reads the swap-out and has a control input from ``trigger``. Every input slot of a
+  node in ``consumers`` that reads ``p:k`` is rewired to the swap-in; the clones of the
+  nodes in ``clone_consumers`` read it too.
+- **Recompute.** Every node of ``nodes`` is cloned as ``<prefix>/recompute/<r>/<name>``
+  (same op, attributes and device). A clone's input made inside the set reads the
+  clone; one made outside reads the original tensor, unless a swap-in or an earlier
+  recompute lists this node in its ``clone_consumers``. Every clone gets a control input
+  from ``trigger``: it makes the clone late, and a node with a control input of its own
+  is never merged back into its original by common-subexpression elimination. Control
+  inputs of an original are kept: one from inside the set is redirected to that clone;
+  one from outside points at a node that already ran before the original did, so it
+  delays nothing and only keeps side-effect ordering (automatic control dependencies)
+  intact. The data inputs of the nodes in ``consumers`` made by the set are rewired to
+  the clones.
+
+Every inserted node carries ``T``, ``_output_shapes`` (copied from its source) and
+``_grappler_do_not_remove = true``: without it Grappler deletes the swap nodes
+(dependency optimizer, model pruning) and may fuse a clone away under another name.
+
+Targets (swap op, device, host):
+
+- ``"gpu"``: ``Identity`` swap-out on ``/device:CPU:0`` and ``Identity`` swap-in on
+  ``/device:GPU:0`` (TFLMS style: an ``Identity`` across a GPU and the CPU is a real
+  copy over the link).
+- ``"cpu-emulation"``: two logical CPUs; ``DeepCopy`` swap-out on the host
+  ``/device:CPU:1`` and ``DeepCopy`` swap-in on the device ``/device:CPU:0``. An
+  ``Identity`` would forward the buffer between logical CPUs and free nothing. Nodes
+  without a device are placed on ``/device:CPU:0`` by TensorFlow's placer (the first
+  CPU), so only the inserted nodes get an explicit device; rewired consumers that have
+  no device are pinned to the device too, so that no placer heuristic can move a reader
+  of a swap-in to the host.
+
+Example::
+
+    plan = {"swaps": [{"node": 47, "output": 0, "after": 50,
+                       "ins": [{"trigger": 190, "consumers": [196]}]}], "recomputes": []}
+    out = rewrite_with_summary(traced.graph_def, plan, target="cpu-emulation")
+    step = compile_step(traced, out.graph_def)
+    out.summary.inserted       # names verify() looks for
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from .errors import InvalidArgumentError, UnsupportedGraphError
+
+__all__ = ["TARGETS", "RewriteSummary", "Rewritten", "Target", "rewrite", "rewrite_with_summary"]
+
+DO_NOT_REMOVE = "_grappler_do_not_remove"
+_NO_SWAP_DTYPES = {20, 21}  # DT_RESOURCE, DT_VARIANT: handles, not buffers
+
+
+@dataclass(frozen=True)
+class Target:
+    """How swaps are written for one kind of machine.
+
+    Attributes:
+        name: ``"gpu"`` or ``"cpu-emulation"``.
+        swap_out_op: op of the device-to-host copy.
+        swap_in_op: op of the host-to-device copy.
+        device: default accelerator device string.
+        host: default host device string.
+        pin_consumers: put rewired consumers and clones without a device on ``device``.
+    """
+
+    name: str
+    swap_out_op: str
+    swap_in_op: str
+    device: str
+    host: str
+    pin_consumers: bool
+
+
+TARGETS: dict[str, Target] = {
+    "gpu": Target("gpu", "Identity", "Identity", "/device:GPU:0", "/device:CPU:0", False),
+    "cpu-emulation": Target(
+        "cpu-emulation", "DeepCopy", "DeepCopy", "/device:CPU:0", "/device:CPU:1", True
+    ),
+}
+
+
+@dataclass(frozen=True)
+class RewriteSummary:
+    """What :func:`rewrite_with_summary` inserted (node names, as in the new GraphDef).
+
+    Attributes:
+        target: the target name.
+        device: the accelerator device string used.
+        host: the host device string used.
+        swap_out: swap-out node names, one per planned swap, in plan order.
+        swap_in: swap-in node names, in plan order.
+        clones: recompute clone names, in plan order.
+        clone_of: original node name of every clone.
+        rewired: number of input slots rewired (consumers and clone inputs).
+    """
+
+    target: str
+    device: str
+    host: str
+    swap_out: tuple[str, ...] = ()
+    swap_in: tuple[str, ...] = ()
+    clones: tuple[str, ...] = ()
+    clone_of: Mapping[str, str] = field(default_factory=dict)
+    rewired: int = 0
+
+    @property
+    def inserted(self) -> tuple[str, ...]:
+        """Every inserted node name: swap-outs, swap-ins, clones."""
+        return self.swap_out + self.swap_in + self.clones
+
+    @property
+    def counts(self) -> dict[str, int]:
+        """Number of inserted nodes of each kind."""
+        return {
+            "swap_out": len(self.swap_out),
+            "swap_in": len(self.swap_in),
+            "clones": len(self.clones),
+        }
+
+
+@dataclass(frozen=True)
+class Rewritten:
+    """A rewritten GraphDef and the summary of what was inserted."""
+
+    graph_def: Any
+    summary: RewriteSummary
+
+
+def rewrite(
+    graph_def: Any,
+    plan: Mapping[str, Any],
+    target: str = "gpu",
+    device: str | None = None,
+    host: str | None = None,
+    *,
+    prefix: str = "hybridplan",
+) -> Any:
+    """Returns a new GraphDef with ``plan``'s swaps and recomputations as real ops.
+
+    See :func:`rewrite_with_summary`, which also says what was inserted.
+    """
+    return rewrite_with_summary(graph_def, plan, target, device, host, prefix=prefix).graph_def
+
+
+def rewrite_with_summary(
+    graph_def: Any,
+    plan: Mapping[str, Any],
+    target: str = "gpu",
+    device: str | None = None,
+    host: str | None = None,
+    *,
+    prefix: str = "hybridplan",
+) -> Rewritten:
+    """Writes a swap / recompute plan into a copy of ``graph_def``.
+
+    Args:
+        graph_def: the training step's ``GraphDef``; never modified.
+        plan: ``{"swaps": [...], "recomputes": [...]}`` with GraphDef node indices
+            (see the module docstring).
+        target: ``"gpu"`` or ``"cpu-emulation"`` (swap op and default devices).
+        device: the accelerator device string; the target's default when None.
+        host: the host device string; the target's default when None.
+        prefix: first component of every inserted node's name. The rewrite does not scan
+            the graph for names already taken (that would cost O(graph) in Python):
+            rewriting a rewritten graph again needs another prefix, or TensorFlow
+            rejects the duplicate names on import.
+
+    Returns:
+        :class:`Rewritten`: the new GraphDef (versions, library and untouched nodes kept
+        exactly; new nodes appended) and a :class:`RewriteSummary`.
+
+    Raises:
+        InvalidArgumentError: unknown target; an index out of range; a consumer that does
+            not read the tensor it is listed for; a clone consumer that no later
+            recompute clones; a node listed twice in one recompute.
+        UnsupportedGraphError: a swapped tensor whose op TensorFlow does not know, or a
+            resource / variant tensor (a handle, not a buffer).
+
+    Complexity:
+        O(size of the GraphDef) in C++ for the copy, then O(plan size + inputs of the
+        touched nodes) in Python; no loop over all nodes.
+
+    Example::
+
+        new_gd = rewrite(traced.graph_def, plan, target="cpu-emulation")
+    """
+    if target not in TARGETS:
+        raise InvalidArgumentError(f"unknown target {target!r}; use one of {sorted(TARGETS)}")
+    spec = TARGETS[target]
+    writer = _Writer(graph_def, spec, device or spec.device, host or spec.host, prefix)
+    for i, swap in enumerate(plan.get("swaps", ())):
+        writer.swap(i, swap)
+    for r, rec in enumerate(plan.get("recomputes", ())):
+        writer.recompute(r, rec)
+    writer.check_redirects_used()
+    return Rewritten(writer.out, writer.summary())
+
+
+# --------------------------------------------------------------------------- tensor names
+
+
+def _tensor(name: str, k: int) -> str:
+    return name if k == 0 else f"{name}:{k}"
+
+
+def _parse_input(text: str) -> tuple[str, int]:
+    """``"a"`` -> ``("a", 0)``, ``"a:2"`` -> ``("a", 2)``; control inputs are not parsed."""
+    name, sep, index = text.rpartition(":")
+    if sep and index.isdigit():
+        return name, int(index)
+    return text, 0
+
+
+# --------------------------------------------------------------------------- dtypes, shapes
+
+
+def _attr_value(node: Any, op_def: Any, name: str) -> Any:
+    """The node's attribute ``name`` (read-only: never inserts into the map), or the op's
+    default."""
+    if name in node.attr:
+        return node.attr[name]
+    for a in op_def.attr:
+        if a.name == name and a.HasField("default_value"):
+            return a.default_value
+    raise UnsupportedGraphError(f"node {node.name!r} (op {node.op}) lacks attribute {name!r}")
+
+
+def _output_dtypes(node: Any) -> list[int]:
+    """The ``DataType`` enum of every output of ``node``, from its registered OpDef."""
+    from tensorflow.python.framework import op_def_registry
+
+    op_def = op_def_registry.get(node.op)
+    if op_def is None:
+        raise UnsupportedGraphError(
+            f"node {node.name!r} has op {node.op!r}, unknown to this TensorFlow; load the "
+            "library that registers it before rewriting"
+        )
+    out: list[int] = []
+    for arg in op_def.output_arg:
+        if arg.type_list_attr:
+            out.extend(_attr_value(node, op_def, arg.type_list_attr).list.type)
+            continue
+        dtype = arg.type or _attr_value(node, op_def, arg.type_attr).type
+        count = _attr_value(node, op_def, arg.number_attr).i if arg.number_attr else 1
+        out.extend([dtype] * count)
+    return out
+
+
+# --------------------------------------------------------------------------- the writer
+
+
+class _Writer:
+    """Builds the rewritten copy; every method touches only the nodes the plan names."""
+
+    def __init__(self, src: Any, spec: Target, device: str, host: str, prefix: str):
+        from tensorflow.core.framework import graph_pb2
+
+        self.src = src
+        self.out = graph_pb2.GraphDef()
+        self.out.CopyFrom(src)
+        self.n = len(src.node)
+        self.spec, self.device, self.host, self.prefix = spec, device, host, prefix
+        self.swap_out: list[str] = []
+        self.swap_in: list[str] = []
+        self.clones: list[str] = []
+        self.clone_of: dict[str, str] = {}
+        self.rewired = 0
+        # Original node index -> {tensor read by its clone -> replacement tensor}.
+        self.redirect: dict[int, dict[str, str]] = {}
+        self.redirect_used: set[int] = set()
+        self.redirect_origin: dict[int, str] = {}
+
+    def summary(self) -> RewriteSummary:
+        return RewriteSummary(
+            target=self.spec.name,
+            device=self.device,
+            host=self.host,
+            swap_out=tuple(self.swap_out),
+            swap_in=tuple(self.swap_in),
+            clones=tuple(self.clones),
+            clone_of=dict(self.clone_of),
+            rewired=self.rewired,
+        )
+
+    def index(self, value: Any, what: str) -> int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            try:
+                value = int(value)  # numpy integers
+            except (TypeError, ValueError):
+                raise InvalidArgumentError(f"{what} must be a node index, got {value!r}") from None
+        if not 0 <= value < self.n:
+            raise InvalidArgumentError(
+                f"{what} = {value} is not a node index of this GraphDef (it has {self.n} nodes)"
+            )
+        return value
+
+    def name(self, i: int) -> str:
+        return self.src.node[i].name
+
+    # ------------------------------------------------------------------ swaps
+
+    def swap(self, i: int, swap: Mapping[str, Any]) -> None:
+        p = self.index(swap["node"], f"swaps[{i}].node")
+        k = int(swap.get("output", 0))
+        after = self.index(swap.get("after", p), f"swaps[{i}].after")
+        producer = self.src.node[p]
+        dtypes = _output_dtypes(producer)
+        if not 0 <= k < len(dtypes):
+            raise InvalidArgumentError(
+                f"swaps[{i}]: node {producer.name!r} (op {producer.op}) has {len(dtypes)} "
+                f"output(s), no output {k}"
+            )
+        if dtypes[k] in _NO_SWAP_DTYPES:
+            raise UnsupportedGraphError(
+                f"swaps[{i}]: {_tensor(producer.name, k)} is a resource/variant handle, not a "
+                "buffer; it cannot be swapped"
+            )
+        source = _tensor(producer.name, k)
+        out_name = f"{self.prefix}/swap_out/{i}/{producer.name}"
+        control = [self.name(after)] if after != p else []
+        self.add_copy(out_name, self.spec.swap_out_op, self.host, source, control, p, k, dtypes[k])
+        self.swap_out.append(out_name)
+        for j, entry in enumerate(swap.get("ins", ())):
+            where = f"swaps[{i}].ins[{j}]"
+            trigger = self.index(entry["trigger"], f"{where}.trigger")
+            in_name = f"{self.prefix}/swap_in/{i}_{j}/{producer.name}"
+            self.add_copy(
+                in_name, self.spec.swap_in_op, self.device, out_name,
+                [self.name(trigger)], p, k, dtypes[k],
+            )  # fmt: skip
+            self.swap_in.append(in_name)
+            for c in entry.get("consumers", ()):
+                c = self.index(c, f"{where}.consumers")
+                self.rewire(c, {source: in_name}, where)
+            for c in entry.get("clone_consumers", ()):
+                c = self.index(c, f"{where}.clone_consumers")
+                self.add_redirect(c, {source: in_name}, where)
+
+    def add_copy(
+        self,
+        name: str,
+        op: str,
+        device: str,
+        source: str,
+        control: Sequence[str],
+        p: int,
+        k: int,
+        dtype: int,
+    ) -> None:
+        node = self.out.node.add()
+        node.name, node.op, node.device = name, op, device
+        node.input.append(source)
+        node.input.extend(f"^{c}" for c in control)
+        node.attr["T"].type = dtype
+        node.attr[DO_NOT_REMOVE].b = True
+        shapes = self.src.node[p].attr.get("_output_shapes")
+        if shapes is not None and k < len(shapes.list.shape):
+            node.attr["_output_shapes"].list.shape.add().CopyFrom(shapes.list.shape[k])
+
+    # ------------------------------------------------------------------ rewiring
+
+    def rewire(self, c: int, mapping: Mapping[str, str], where: str) -> None:
+        """Points every data input of node ``c`` found in ``mapping`` at its replacement."""
+        node = self.out.node[c]
+        hits = 0
+        for slot, text in enumerate(node.input):
+            if text.startswith("^"):
+                continue
+            key = _tensor(*_parse_input(text))
+            if key in mapping:
+                node.input[slot] = mapping[key]
+                hits += 1
+        if hits == 0:
+            raise InvalidArgumentError(
+                f"{where}: consumer {node.name!r} (index {c}) reads none of "
+                f"{sorted(mapping)[:4]}; list only nodes that read the tensor"
+            )
+        if self.spec.pin_consumers and not node.device:
+            node.device = self.device
+        self.rewired += hits
+
+    def add_redirect(self, c: int, mapping: Mapping[str, str], where: str) -> None:
+        self.redirect.setdefault(c, {}).update(mapping)
+        self.redirect_origin.setdefault(c, where)
+
+    def check_redirects_used(self) -> None:
+        unused = sorted(set(self.redirect) - self.redirect_used)
+        if unused:
+            c = unused[0]
+            raise InvalidArgumentError(
+                f"{self.redirect_origin[c]}: clone consumer {self.name(c)!r} (index {c}) is "
+                "not cloned by any later recompute; list it in that recompute's nodes, or "
+                "drop it from clone_consumers"
+            )
+
+    # ------------------------------------------------------------------ recompute
+
+    def recompute(self, r: int, rec: Mapping[str, Any]) -> None:
+        where = f"recomputes[{r}]"
+        nodes = [self.index(v, f"{where}.nodes") for v in rec["nodes"]]
+        if len(set(nodes)) != len(nodes):
+            raise InvalidArgumentError(f"{where}: a node is listed twice in nodes")
+        trigger = self.name(self.index(rec["trigger"], f"{where}.trigger"))
+        clone_name = {self.name(v): f"{self.prefix}/recompute/{r}/{self.name(v)}" for v in nodes}
+        outputs: dict[str, str] = {}
+        for v in nodes:
+            self.check_clonable(v, where)
+        for v in nodes:
+            self.add_clone(v, clone_name, trigger)
+            original = self.name(v)
+            for k in range(len(_output_dtypes(self.src.node[v]))):
+                outputs[_tensor(original, k)] = _tensor(clone_name[original], k)
+        for c in rec.get("consumers", ()):
+            self.rewire(self.index(c, f"{where}.consumers"), outputs, where)
+        for c in rec.get("clone_consumers", ()):
+            self.add_redirect(self.index(c, f"{where}.clone_consumers"), outputs, where)
+
+    def check_clonable(self, v: int, where: str) -> None:
+        from tensorflow.python.framework import op_def_registry
+
+        node = self.src.node[v]
+        op_def = op_def_registry.get(node.op)
+        if op_def is None or op_def.is_stateful:
+            what = "unknown to this TensorFlow" if op_def is None else "stateful"
+            raise UnsupportedGraphError(
+                f"{where}: node {node.name!r} (op {node.op}) is {what}; a clone of it could "
+                "read other state or have other effects than the original, so it is never "
+                "recomputed"
+            )
+
+    def add_clone(self, v: int, clone_name: Mapping[str, str], trigger: str) -> None:
+        original = self.src.node[v]
+        clone = self.out.node.add()
+        clone.CopyFrom(original)
+        clone.name = clone_name[original.name]
+        redirect = self.redirect.get(v, {})
+        if redirect:
+            self.redirect_used.add(v)
+        del clone.input[:]
+        for text in original.input:
+            if text.startswith("^"):
+                src = text[1:]
+                clone.input.append(f"^{clone_name.get(src, src)}")
+                continue
+            name, k = _parse_input(text)
+            if name in clone_name:
+                clone.input.append(_tensor(clone_name[name], k))
+            else:
+                key = _tensor(name, k)
+                clone.input.append(redirect.get(key, text))
+                self.rewired += key in redirect
+        clone.input.append(f"^{trigger}")
+        clone.attr[DO_NOT_REMOVE].b = True
+        if self.spec.pin_consumers and not clone.device:
+            clone.device = self.device
+        self.clones.append(clone.name)
+        self.clone_of[clone.name] = original.name

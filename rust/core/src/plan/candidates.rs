@@ -1,0 +1,140 @@
+//! Swap candidates: for every buffer, where its readers leave a gap long
+//! enough to send it to the host and bring it back.
+//!
+//! # The rule
+//! The points of a buffer are its producer's position and the positions of
+//! every reader (readers of its aliases included). The widest gap between
+//! consecutive points splits them into early readers (before the gap: they
+//! read the original) and late readers (after it: they read a swap-in). A
+//! buffer is a candidate when the gap spans at least `min_gap` positions,
+//! it has `min_bytes` or more, and every late reader reads the owning tensor
+//! itself (a late read through an alias cannot be redirected). A U-Net skip
+//! connection, read by the encoder and again by the decoder's concat, is a
+//! candidate inside the forward pass.
+//!
+//! # Complexity
+//! O(T + E log E): each tensor's readers are sorted once.
+
+use crate::graph::Graph;
+use crate::liveness::Liveness;
+use crate::schedule::Schedule;
+
+/// One buffer that could be swapped.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SwapCandidate {
+    pub tensor: u32,
+    pub bytes: u64,
+    pub produce: u32,
+    /// Last position reading the original (the producer's if none).
+    pub last_early: u32,
+    /// Positions of the late readers, ascending, with their node ids.
+    pub late: Vec<(u32, u32)>,
+}
+
+impl SwapCandidate {
+    pub fn first_late(&self) -> u32 {
+        self.late[0].0
+    }
+    pub fn last_late(&self) -> u32 {
+        self.late[self.late.len() - 1].0
+    }
+}
+
+/// Finds the swap candidates.
+pub fn swap_candidates(
+    g: &Graph,
+    s: &Schedule,
+    l: &Liveness,
+    min_gap: u32,
+    min_bytes: u64,
+) -> Vec<SwapCandidate> {
+    let readers = readers_by_owner(g, s, l);
+    let mut out = Vec::new();
+    for t in 0..g.num_tensors() as u32 {
+        let tt = &g.tensors[t as usize];
+        if l.owner[t as usize] != t || tt.bytes < min_bytes.max(1) {
+            continue;
+        }
+        if let Some(c) = split_at_gap(
+            t,
+            tt.bytes,
+            l.produce[t as usize],
+            &readers[t as usize],
+            min_gap,
+        ) {
+            out.push(c);
+        }
+    }
+    out
+}
+
+/// (position, reader node, direct) for every reader of every owner, sorted.
+fn readers_by_owner(g: &Graph, s: &Schedule, l: &Liveness) -> Vec<Vec<(u32, u32, bool)>> {
+    let mut r: Vec<Vec<(u32, u32, bool)>> = vec![Vec::new(); g.num_tensors()];
+    for t in 0..g.num_tensors() as u32 {
+        let o = l.owner[t as usize];
+        for &c in g.consumers(t) {
+            r[o as usize].push((s.pos[c as usize], c, o == t));
+        }
+    }
+    for v in &mut r {
+        v.sort_unstable();
+        v.dedup();
+    }
+    r
+}
+
+fn split_at_gap(
+    t: u32,
+    bytes: u64,
+    produce: u32,
+    readers: &[(u32, u32, bool)],
+    min_gap: u32,
+) -> Option<SwapCandidate> {
+    let mut prev = produce;
+    let mut best: Option<(u32, usize)> = None;
+    for (i, &(p, _, _)) in readers.iter().enumerate() {
+        let gap = p.saturating_sub(prev);
+        if gap >= min_gap.max(2) && best.is_none_or(|(b, _)| gap > b) {
+            best = Some((gap, i));
+        }
+        prev = p;
+    }
+    let (_, split) = best?;
+    let late = &readers[split..];
+    if late.iter().any(|&(_, _, direct)| !direct) {
+        return None;
+    }
+    let last_early = if split == 0 {
+        produce
+    } else {
+        readers[split - 1].0
+    };
+    let mut late: Vec<(u32, u32)> = late.iter().map(|&(p, n, _)| (p, n)).collect();
+    late.dedup_by_key(|x| x.1);
+    Some(SwapCandidate {
+        tensor: t,
+        bytes,
+        produce,
+        last_early,
+        late,
+    })
+}
+
+/// Start time of every position and the step's end: `start[p]` is when the
+/// op at position `p` starts if ops run back to back; `start[N]` the end.
+pub fn start_times(s: &Schedule, op_time: &[f64]) -> Vec<f64> {
+    let mut out = Vec::with_capacity(s.order.len() + 1);
+    let mut acc = 0.0;
+    out.push(0.0);
+    for &v in &s.order {
+        acc += op_time[v as usize].max(0.0);
+        out.push(acc);
+    }
+    out
+}
+
+/// The first position whose start time is at or after `t` (N if none).
+pub fn position_at(start: &[f64], t: f64) -> u32 {
+    start.partition_point(|&x| x < t).min(start.len() - 1) as u32
+}

@@ -1,0 +1,139 @@
+//! A segment tree over schedule positions: add a value to a range, read the
+//! maximum and where it is. The planners' memory model.
+//!
+//! # Complexity
+//! O(N) to build, O(log N) per range add and per max query, O(N) memory.
+
+/// Range-add / range-max over `len` positions of signed byte counts.
+#[derive(Debug, Clone)]
+pub struct MemTree {
+    len: usize,
+    max: Vec<i64>,
+    lazy: Vec<i64>,
+}
+
+impl MemTree {
+    /// Builds the tree over initial values.
+    pub fn new(values: &[i64]) -> Self {
+        let len = values.len().max(1);
+        let mut t = MemTree {
+            len,
+            max: vec![i64::MIN / 4; 4 * len],
+            lazy: vec![0; 4 * len],
+        };
+        if !values.is_empty() {
+            t.build(1, 0, len - 1, values);
+        }
+        t
+    }
+
+    fn build(&mut self, node: usize, lo: usize, hi: usize, v: &[i64]) {
+        if lo == hi {
+            self.max[node] = v[lo];
+            return;
+        }
+        let mid = (lo + hi) / 2;
+        self.build(2 * node, lo, mid, v);
+        self.build(2 * node + 1, mid + 1, hi, v);
+        self.max[node] = self.max[2 * node].max(self.max[2 * node + 1]);
+    }
+
+    /// Adds `delta` to every position in `lo..=hi` (clamped; empty if lo > hi).
+    pub fn add(&mut self, lo: usize, hi: usize, delta: i64) {
+        let hi = hi.min(self.len - 1);
+        if lo > hi || delta == 0 {
+            return;
+        }
+        self.add_rec(1, 0, self.len - 1, lo, hi, delta);
+    }
+
+    fn add_rec(&mut self, node: usize, nlo: usize, nhi: usize, lo: usize, hi: usize, d: i64) {
+        if hi < nlo || nhi < lo {
+            return;
+        }
+        if lo <= nlo && nhi <= hi {
+            self.max[node] += d;
+            self.lazy[node] += d;
+            return;
+        }
+        let mid = (nlo + nhi) / 2;
+        self.add_rec(2 * node, nlo, mid, lo, hi, d);
+        self.add_rec(2 * node + 1, mid + 1, nhi, lo, hi, d);
+        self.max[node] = self.max[2 * node].max(self.max[2 * node + 1]) + self.lazy[node];
+    }
+
+    /// The maximum over all positions and the first position reaching it.
+    pub fn argmax(&self) -> (usize, i64) {
+        let (mut node, mut lo, mut hi) = (1usize, 0usize, self.len - 1);
+        let best = self.max[1];
+        let mut acc = 0i64;
+        while lo < hi {
+            acc += self.lazy[node];
+            let mid = (lo + hi) / 2;
+            if self.max[2 * node] + acc == best {
+                node *= 2;
+                hi = mid;
+            } else {
+                node = 2 * node + 1;
+                lo = mid + 1;
+            }
+        }
+        (lo, best)
+    }
+
+    /// The maximum over `lo..=hi`.
+    pub fn range_max(&self, lo: usize, hi: usize) -> i64 {
+        let hi = hi.min(self.len - 1);
+        if lo > hi {
+            return i64::MIN / 4;
+        }
+        self.max_rec(1, 0, self.len - 1, lo, hi)
+    }
+
+    fn max_rec(&self, node: usize, nlo: usize, nhi: usize, lo: usize, hi: usize) -> i64 {
+        if hi < nlo || nhi < lo {
+            return i64::MIN / 4;
+        }
+        if lo <= nlo && nhi <= hi {
+            return self.max[node];
+        }
+        let mid = (nlo + nhi) / 2;
+        let m = self.max_rec(2 * node, nlo, mid, lo, hi).max(self.max_rec(
+            2 * node + 1,
+            mid + 1,
+            nhi,
+            lo,
+            hi,
+        ));
+        m + self.lazy[node]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn matches_a_naive_array() {
+        let mut naive: Vec<i64> = (0..37).map(|i| (i * 7919 % 23) as i64).collect();
+        let mut t = MemTree::new(&naive);
+        let mut seed = 12345u64;
+        for _ in 0..500 {
+            seed = seed
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            let a = (seed >> 33) as usize % 37;
+            let b = (seed >> 17) as usize % 37;
+            let (lo, hi) = (a.min(b), a.max(b));
+            let d = ((seed >> 5) % 41) as i64 - 20;
+            t.add(lo, hi, d);
+            for x in &mut naive[lo..=hi] {
+                *x += d;
+            }
+            let m = *naive.iter().max().unwrap();
+            let p = naive.iter().position(|&x| x == m).unwrap();
+            assert_eq!(t.argmax(), (p, m));
+            assert_eq!(t.range_max(lo, hi), *naive[lo..=hi].iter().max().unwrap());
+        }
+    }
+}

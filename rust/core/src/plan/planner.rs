@@ -1,0 +1,390 @@
+//! The strategies and the budget loop: build the options once, choose with
+//! the greedy, let the simulator judge, tighten and retry within a bound.
+//!
+//! # Strategies
+//! - `swap`: swaps only, chosen by the peak-driven greedy (`greedy.rs`) with
+//!   swap-in triggers from the cost model.
+//! - `recompute`: recomputes of units only (`partition.rs`), same greedy.
+//! - `hybrid-paper`: the published heuristic: start from the `swap` plan; in
+//!   decreasing order of the bytes each unit makes the link carry, recompute
+//!   the unit instead of swapping its tensors when the simulated step time
+//!   drops and the budget holds.
+//! - `hybrid`: the greedy choosing between swap and recompute at every step
+//!   by bytes freed per second of estimated cost, and the `hybrid-paper`
+//!   result; the faster plan that fits wins (so `hybrid` is never slower
+//!   than `hybrid-paper`, which is never slower than `swap`).
+//!
+//! # Complexity
+//! Option building O(T + E log E + N); each greedy run O((S + R) log N);
+//! at most `max_rounds` greedy runs and `max_evals` extra simulations, each
+//! O(simulate).
+
+use std::str::FromStr;
+
+use rustc_hash::{FxHashMap, FxHashSet};
+
+use super::candidates::{swap_candidates, SwapCandidate};
+use super::greedy::{choose, Chosen, Pool};
+use super::options::{recompute_option, swap_option, Ctx, RecomputeOpt, SwapOpt};
+use super::partition::partition;
+use super::{Plan, Recompute, Swap, SwapIn};
+use crate::error::{PlanError, Result};
+use crate::graph::NONE;
+
+/// A planning strategy.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Strategy {
+    Swap,
+    Recompute,
+    HybridPaper,
+    Hybrid,
+}
+
+impl Strategy {
+    pub fn name(self) -> &'static str {
+        match self {
+            Strategy::Swap => "swap",
+            Strategy::Recompute => "recompute",
+            Strategy::HybridPaper => "hybrid-paper",
+            Strategy::Hybrid => "hybrid",
+        }
+    }
+}
+
+impl FromStr for Strategy {
+    type Err = PlanError;
+    fn from_str(s: &str) -> Result<Self> {
+        match s {
+            "swap" => Ok(Strategy::Swap),
+            "recompute" => Ok(Strategy::Recompute),
+            "hybrid-paper" => Ok(Strategy::HybridPaper),
+            "hybrid" => Ok(Strategy::Hybrid),
+            _ => Err(PlanError::InvalidArgument(format!(
+                "unknown strategy '{s}': use one of swap, recompute, hybrid-paper, hybrid"
+            ))),
+        }
+    }
+}
+
+/// Planner settings.
+#[derive(Debug, Clone)]
+pub struct PlanOptions {
+    pub strategy: Strategy,
+    /// Device memory budget in bytes (persistent bytes included).
+    pub budget: u64,
+    /// Buffers smaller than this are never swapped or freed.
+    pub min_bytes: u64,
+    /// Smallest gap (schedule positions) between reads worth a swap.
+    pub min_gap: u32,
+    /// Weight of link time in a hidden swap's cost.
+    pub lambda: f64,
+    /// Bound on greedy rounds of the budget loop.
+    pub max_rounds: u32,
+    /// Bound on extra simulations of the hybrid-paper loop.
+    pub max_evals: u32,
+}
+
+impl Default for PlanOptions {
+    fn default() -> Self {
+        PlanOptions {
+            strategy: Strategy::Hybrid,
+            budget: u64::MAX,
+            min_bytes: 1 << 16,
+            min_gap: 2,
+            lambda: 0.1,
+            max_rounds: 8,
+            max_evals: 32,
+        }
+    }
+}
+
+/// The simulator's verdict on a plan.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Verdict {
+    pub peak_bytes: u64,
+    pub step_time_s: f64,
+}
+
+/// A plan that fits, with its verdict.
+#[derive(Debug, Clone)]
+pub struct Planned {
+    pub plan: Plan,
+    pub verdict: Verdict,
+    /// The strategy whose plan this is (for `hybrid`, the winner inside it).
+    pub strategy: String,
+    /// Simulations run.
+    pub evaluations: u32,
+}
+
+/// Everything the strategies share: options built once, the judge.
+pub struct Planner<'a> {
+    ctx: &'a Ctx<'a>,
+    opts: &'a PlanOptions,
+    judge: &'a dyn Fn(&Plan) -> Result<Verdict>,
+    cands: Vec<SwapCandidate>,
+    swaps: Vec<SwapOpt>,
+    swap_tensor: Vec<u32>,
+    recs: Vec<RecomputeOpt>,
+    evals: std::cell::Cell<u32>,
+    best_fail: std::cell::Cell<(u64, &'static str)>,
+}
+
+impl<'a> Planner<'a> {
+    /// Builds every option once.
+    pub fn new(
+        ctx: &'a Ctx<'a>,
+        opts: &'a PlanOptions,
+        judge: &'a dyn Fn(&Plan) -> Result<Verdict>,
+    ) -> Self {
+        let cands = swap_candidates(ctx.g, ctx.s, ctx.l, opts.min_gap, opts.min_bytes);
+        let mut swaps = Vec::new();
+        let mut swap_tensor = Vec::new();
+        for (i, c) in cands.iter().enumerate() {
+            if let Some(o) = swap_option(ctx, i, c) {
+                swap_tensor.push(c.tensor);
+                swaps.push(o);
+            }
+        }
+        let recs = recompute_options(ctx, &cands);
+        Planner {
+            ctx,
+            opts,
+            judge,
+            cands,
+            swaps,
+            swap_tensor,
+            recs,
+            evals: 0.into(),
+            best_fail: (u64::MAX, "").into(),
+        }
+    }
+
+    fn judge(&self, plan: &Plan) -> Result<Verdict> {
+        self.evals.set(self.evals.get() + 1);
+        (self.judge)(plan)
+    }
+
+    /// Runs the configured strategy.
+    ///
+    /// # Errors
+    /// [`PlanError::Budget`] with the smallest peak reached when nothing fits.
+    pub fn run(&self) -> Result<Planned> {
+        let empty = Plan::default();
+        let original = self.judge(&empty)?;
+        if original.peak_bytes <= self.opts.budget {
+            return Ok(self.planned(empty, original, "none"));
+        }
+        let result = match self.opts.strategy {
+            Strategy::Swap => self.fit(true, false, "swap"),
+            Strategy::Recompute => self.fit(false, true, "recompute"),
+            Strategy::HybridPaper => self.fit(true, false, "swap").and_then(|p| self.paper(p)),
+            Strategy::Hybrid => self.hybrid(),
+        };
+        result.ok_or_else(|| self.budget_error())
+    }
+
+    fn planned(&self, plan: Plan, verdict: Verdict, strategy: &str) -> Planned {
+        Planned {
+            plan,
+            verdict,
+            strategy: strategy.into(),
+            evaluations: self.evals.get(),
+        }
+    }
+
+    fn budget_error(&self) -> PlanError {
+        let (mut best, mut who) = self.best_fail.get();
+        if best == u64::MAX {
+            best = self.ctx.l.peak_bytes;
+            who = "none";
+        }
+        PlanError::Budget {
+            budget: self.opts.budget,
+            best_peak: best,
+            strategy: who.into(),
+        }
+    }
+
+    fn note_fail(&self, peak: u64, who: &'static str) {
+        if peak < self.best_fail.get().0 {
+            self.best_fail.set((peak, who));
+        }
+    }
+
+    fn hybrid(&self) -> Option<Planned> {
+        let mut best: Option<Planned> = None;
+        let mut consider = |p: Option<Planned>| {
+            if let Some(p) = p {
+                if best
+                    .as_ref()
+                    .is_none_or(|b| p.verdict.step_time_s < b.verdict.step_time_s)
+                {
+                    best = Some(p);
+                }
+            }
+        };
+        consider(self.fit(true, true, "hybrid"));
+        consider(self.fit(false, true, "recompute"));
+        consider(self.fit(true, false, "swap").and_then(|p| self.paper(p)));
+        best.map(|mut p| {
+            p.evaluations = self.evals.get();
+            p
+        })
+    }
+
+    /// The budget loop around the greedy.
+    fn fit(&self, swap: bool, rec: bool, who: &'static str) -> Option<Planned> {
+        let pool = Pool {
+            swaps: if swap { &self.swaps } else { &[] },
+            tensor_of_swap: if swap { &self.swap_tensor } else { &[] },
+            recomputes: if rec { &self.recs } else { &[] },
+        };
+        let budget = self.opts.budget;
+        let mut target = budget;
+        for _ in 0..self.opts.max_rounds.max(1) {
+            let chosen = choose(self.ctx, &pool, target, self.opts.lambda);
+            let plan = self.to_plan(&chosen);
+            let v = self.judge(&plan).ok()?;
+            if v.peak_bytes <= budget {
+                return Some(self.planned(plan, v, who));
+            }
+            self.note_fail(v.peak_bytes, who);
+            if chosen.model_peak > target {
+                return None; // the options are exhausted at the peak
+            }
+            let over = v.peak_bytes - budget;
+            target = target.saturating_sub(over.max(budget / 100).max(1));
+        }
+        None
+    }
+
+    /// The published hybrid: replace the swaps of a unit by its recompute,
+    /// largest link bytes first, when the simulator says it is faster.
+    fn paper(&self, start: Planned) -> Option<Planned> {
+        let (mut swaps, recs) = self.decisions_of(&start.plan);
+        let mut cur = start;
+        let mut order = self.units_by_link_bytes(&swaps);
+        order.truncate(self.opts.max_evals as usize);
+        let mut recs = recs;
+        for r in order {
+            let rec = &self.recs[r];
+            let swapped: FxHashSet<u32> = swaps.iter().map(|o| self.cands[o.cand].tensor).collect();
+            if rec
+                .inputs
+                .iter()
+                .any(|&x| swapped.contains(&self.ctx.l.owner[x as usize]))
+            {
+                continue;
+            }
+            let saved: FxHashSet<u32> = rec.saved.iter().map(|&(t, _)| t).collect();
+            let trial_swaps: Vec<SwapOpt> = swaps
+                .iter()
+                .filter(|o| !saved.contains(&self.cands[o.cand].tensor))
+                .cloned()
+                .collect();
+            let mut trial_recs = recs.clone();
+            trial_recs.push(rec.clone());
+            let plan = self.to_plan(&Chosen {
+                swaps: trial_swaps.clone(),
+                recomputes: trial_recs.clone(),
+                model_peak: 0,
+            });
+            let Ok(v) = self.judge(&plan) else { continue };
+            if v.peak_bytes <= self.opts.budget && v.step_time_s < cur.verdict.step_time_s {
+                swaps = trial_swaps;
+                recs = trial_recs;
+                cur = self.planned(plan, v, "hybrid-paper");
+            }
+        }
+        cur.strategy = "hybrid-paper".into();
+        Some(cur)
+    }
+
+    fn decisions_of(&self, plan: &Plan) -> (Vec<SwapOpt>, Vec<RecomputeOpt>) {
+        let by_tensor: FxHashMap<u32, usize> = self
+            .swap_tensor
+            .iter()
+            .enumerate()
+            .map(|(i, &t)| (t, i))
+            .collect();
+        let swaps = plan
+            .swaps
+            .iter()
+            .filter_map(|s| by_tensor.get(&s.tensor).map(|&i| self.swaps[i].clone()))
+            .collect();
+        (swaps, Vec::new())
+    }
+
+    /// Recompute options of units with swapped tensors, most swapped bytes first.
+    fn units_by_link_bytes(&self, swaps: &[SwapOpt]) -> Vec<usize> {
+        let swapped: FxHashMap<u32, u64> = swaps
+            .iter()
+            .map(|o| (self.cands[o.cand].tensor, self.cands[o.cand].bytes))
+            .collect();
+        let mut scored: Vec<(u64, usize)> = Vec::new();
+        for (i, r) in self.recs.iter().enumerate() {
+            let bytes: u64 = r.saved.iter().filter_map(|(t, _)| swapped.get(t)).sum();
+            if bytes > 0 {
+                scored.push((bytes, i));
+            }
+        }
+        scored.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
+        scored.into_iter().map(|(_, i)| i).collect()
+    }
+
+    /// Turns choices into the plan format, sorted for determinism.
+    pub fn to_plan(&self, c: &Chosen) -> Plan {
+        let order = &self.ctx.s.order;
+        let mut swaps: Vec<Swap> = c
+            .swaps
+            .iter()
+            .map(|o| {
+                let cand = &self.cands[o.cand];
+                let mut consumers: Vec<u32> = cand.late.iter().map(|&(_, n)| n).collect();
+                consumers.sort_unstable();
+                consumers.dedup();
+                Swap {
+                    tensor: cand.tensor,
+                    after: self.ctx.g.tensors[cand.tensor as usize].node,
+                    ins: vec![SwapIn {
+                        trigger: order[o.trigger as usize],
+                        consumers,
+                        clone_consumers: vec![],
+                    }],
+                }
+            })
+            .collect();
+        swaps.sort_by_key(|s| s.tensor);
+        let mut recomputes: Vec<Recompute> = c
+            .recomputes
+            .iter()
+            .map(|r| Recompute {
+                nodes: r.clones.clone(),
+                trigger: order[r.trigger as usize],
+                consumers: r.consumers.clone(),
+                clone_consumers: vec![],
+            })
+            .collect();
+        recomputes.sort_by_key(|r| (r.trigger, r.nodes.first().copied().unwrap_or(NONE)));
+        Plan { swaps, recomputes }
+    }
+
+    pub fn num_options(&self) -> (usize, usize) {
+        (self.swaps.len(), self.recs.len())
+    }
+}
+
+fn recompute_options(ctx: &Ctx<'_>, cands: &[SwapCandidate]) -> Vec<RecomputeOpt> {
+    let units = partition(ctx.g, ctx.s);
+    let mut gap_of = vec![NONE; ctx.g.num_tensors()];
+    for (i, c) in cands.iter().enumerate() {
+        gap_of[c.tensor as usize] = i as u32;
+    }
+    let mut in_unit = vec![false; ctx.g.num_nodes()];
+    units
+        .units
+        .iter()
+        .enumerate()
+        .filter_map(|(u, nodes)| recompute_option(ctx, u, nodes, cands, &gap_of, &mut in_unit))
+        .collect()
+}
