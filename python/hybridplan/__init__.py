@@ -22,20 +22,35 @@ from .errors import (
     ShapeError,
     UnsupportedGraphError,
 )
+from .planning import STRATEGIES, Plan, device_presets, parse_bytes, plan
 
 __all__ = [
+    "STRATEGIES",
     "Analysis",
     "BudgetError",
     "HybridplanError",
     "InvalidArgumentError",
     "InvalidGraphError",
     "LiveTensor",
+    "Plan",
+    "PlannedStep",
+    "Result",
     "ShapeError",
     "Traced",
     "UnsupportedGraphError",
     "analyze",
+    "apply",
+    "compile_step",
+    "device_presets",
+    "function",
+    "keras_step",
+    "measure",
+    "parse_bytes",
+    "plan",
+    "rewrite",
     "trace",
     "trace_keras",
+    "verify",
 ]
 
 __version__ = "0.1.0"
@@ -45,6 +60,15 @@ _LAZY = {
     "trace": "trace",
     "trace_keras": "trace",
     "Traced": "trace",
+    "apply": "apply",
+    "function": "apply",
+    "keras_step": "apply",
+    "PlannedStep": "apply",
+    "Result": "apply",
+    "rewrite": "rewrite",
+    "compile_step": "runner",
+    "verify": "verify",
+    "measure": "measure",
 }
 
 

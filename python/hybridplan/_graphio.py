@@ -20,7 +20,11 @@ def graph_bytes(graph: GraphLike) -> tuple[bytes, str | None]:
     a path to a binary ``.pb`` or a text ``.pbtxt`` file, or a
     :class:`hybridplan.trace.Traced`.
     """
-    loss = getattr(graph, "loss", None) if hasattr(graph, "graph_def") else None
+    loss = None
+    if hasattr(graph, "graph_def"):
+        # A traced step returns its loss through an Identity that runs after
+        # the updates; the planner wants the forward value behind it.
+        loss = getattr(graph, "loss_source", None) or getattr(graph, "loss", None)
     if hasattr(graph, "graph_def"):
         graph = graph.graph_def
     if isinstance(graph, (bytes, bytearray, memoryview)):

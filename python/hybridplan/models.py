@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeAlias
 
 import keras
 import numpy as np
@@ -49,7 +49,8 @@ __all__ = [
     "unet3d",
 ]
 
-OptimizerArg = str | keras.optimizers.Optimizer
+#: an optimizer name ("sgd": SGD with momentum 0.9, "adam") or a Keras optimizer
+OptimizerArg: TypeAlias = "str | keras.optimizers.Optimizer"
 
 
 @dataclass

@@ -321,6 +321,27 @@ class _Writer:
         p = self.index(swap["node"], f"swaps[{i}].node")
         k = int(swap.get("output", 0))
         after = self.index(swap.get("after", p), f"swaps[{i}].after")
+        dtype = self.swappable_dtype(i, p, k)
+        source = _tensor(self.name(p), k)
+        out_name = f"{self.prefix}/swap_out/{i}/{self.name(p)}"
+        control = [self.name(after)] if after != p else []
+        self.add_copy(out_name, self.spec.swap_out_op, self.host, source, control, (p, k, dtype))
+        self.swap_out.append(out_name)
+        for j, entry in enumerate(swap.get("ins", ())):
+            where = f"swaps[{i}].ins[{j}]"
+            trigger = self.name(self.index(entry["trigger"], f"{where}.trigger"))
+            in_name = f"{self.prefix}/swap_in/{i}_{j}/{self.name(p)}"
+            op = self.spec.swap_in_op
+            self.add_copy(in_name, op, self.device, out_name, [trigger], (p, k, dtype))
+            self.swap_in.append(in_name)
+            for c in entry.get("consumers", ()):
+                self.rewire(self.index(c, f"{where}.consumers"), {source: in_name}, where)
+            for c in entry.get("clone_consumers", ()):
+                c = self.index(c, f"{where}.clone_consumers")
+                self.add_redirect(c, {source: in_name}, where)
+
+    def swappable_dtype(self, i: int, p: int, k: int) -> int:
+        """The dtype of ``p:k``; raises when there is no such output or it is a handle."""
         producer = self.src.node[p]
         dtypes = _output_dtypes(producer)
         if not 0 <= k < len(dtypes):
@@ -333,26 +354,7 @@ class _Writer:
                 f"swaps[{i}]: {_tensor(producer.name, k)} is a resource/variant handle, not a "
                 "buffer; it cannot be swapped"
             )
-        source = _tensor(producer.name, k)
-        out_name = f"{self.prefix}/swap_out/{i}/{producer.name}"
-        control = [self.name(after)] if after != p else []
-        self.add_copy(out_name, self.spec.swap_out_op, self.host, source, control, p, k, dtypes[k])
-        self.swap_out.append(out_name)
-        for j, entry in enumerate(swap.get("ins", ())):
-            where = f"swaps[{i}].ins[{j}]"
-            trigger = self.index(entry["trigger"], f"{where}.trigger")
-            in_name = f"{self.prefix}/swap_in/{i}_{j}/{producer.name}"
-            self.add_copy(
-                in_name, self.spec.swap_in_op, self.device, out_name,
-                [self.name(trigger)], p, k, dtypes[k],
-            )  # fmt: skip
-            self.swap_in.append(in_name)
-            for c in entry.get("consumers", ()):
-                c = self.index(c, f"{where}.consumers")
-                self.rewire(c, {source: in_name}, where)
-            for c in entry.get("clone_consumers", ()):
-                c = self.index(c, f"{where}.clone_consumers")
-                self.add_redirect(c, {source: in_name}, where)
+        return dtypes[k]
 
     def add_copy(
         self,
@@ -361,10 +363,11 @@ class _Writer:
         device: str,
         source: str,
         control: Sequence[str],
-        p: int,
-        k: int,
-        dtype: int,
+        tensor: tuple[int, int, int],
     ) -> None:
+        """Appends a copy node of ``source``; ``tensor`` is (producer, output, dtype) of
+        the swapped tensor, whose ``_output_shapes`` entry the copy gets."""
+        p, k, dtype = tensor
         node = self.out.node.add()
         node.name, node.op, node.device = name, op, device
         node.input.append(source)

@@ -46,6 +46,10 @@ class StepFn:
         self.name = name
         self._loss_index = traced.loss_index
 
+    def node_name(self, node: str) -> str:
+        """The name GraphDef node ``node`` has inside :attr:`function`'s graph."""
+        return f"{self.name}/{node}" if self.name else node
+
     def run(self, *args: Any) -> list[tf.Tensor]:
         """Run one step and return all outputs (eager tensors) in ``traced.outputs`` order.
 
@@ -103,13 +107,13 @@ def compile_step(traced: Traced, graph_def: Any = None, *, name: str = "step") -
     source = traced.graph_def if graph_def is None else graph_def
     _check_names(traced, source)
     present = {node.name for node in source.node}
-    captures = [(handle, name) for handle, name in traced.captures if name in present]
+    captures = [(handle, ph) for handle, ph in traced.captures if ph in present]
 
     def body(*args: tf.Tensor) -> list[tf.Tensor]:
         graph = tf.compat.v1.get_default_graph()
-        input_map = {f"{name}:0": arg for name, arg in zip(traced.inputs, args, strict=True)}
-        for handle, name in captures:
-            input_map[f"{name}:0"] = graph.capture(handle)
+        input_map = {f"{ph}:0": arg for ph, arg in zip(traced.inputs, args, strict=True)}
+        for handle, ph in captures:
+            input_map[f"{ph}:0"] = graph.capture(handle)
         gd = tf.compat.v1.GraphDef()
         gd.CopyFrom(source)  # import_graph_def writes default attributes into its input
         return list(

@@ -97,12 +97,14 @@ def trace(
         step_fn: a ``tf.function`` or a plain Python function (wrapped in one). It must run
             the forward pass under ``tf.GradientTape``, call ``tape.gradient`` and
             ``optimizer.apply_gradients``, and return the loss, or a tuple/list whose first
-            entry is the loss, or a dict with a ``"loss"`` entry. Variables (including the
-            optimizer's slots) must exist before tracing.
+            entry is the loss, or a dict with a ``"loss"`` entry. Variables that the step
+            creates while tracing (an unbuilt Keras 3 optimizer's slots) are created once,
+            eagerly, and become captures like the others.
         *input_specs: one fully defined ``tf.TensorSpec`` (or array/tensor, whose shape and
             dtype are used) per positional argument; nested structures are allowed.
         loss: which output is the loss when the default rule does not fit: an index into
-            the flattened outputs or a key of a returned dict.
+            the tensor outputs (the order of :attr:`Traced.outputs`) or a key of a returned
+            dict.
 
     Returns:
         A :class:`Traced` step.
@@ -121,8 +123,9 @@ def trace(
     python_fn = getattr(step_fn, "python_function", step_fn)
     cf = tf.function(python_fn).get_concrete_function(*specs)
     graph_def = cf.graph.as_graph_def(add_shapes=True)
-    if _first_function_call(graph_def) is not None:
-        cf, graph_def = _trace_inlined(python_fn, specs, graph_def)
+    call = _first_function_call(graph_def)
+    if call is not None:
+        cf, graph_def = _trace_inlined(python_fn, specs, call)
     return _make_traced(cf, graph_def, loss)
 
 
@@ -236,16 +239,15 @@ def _first_function_call(graph_def: Any) -> Any | None:
     return None
 
 
-def _trace_inlined(python_fn: Callable[..., Any], specs: list[Any], nested_gd: Any) -> Any:
+def _trace_inlined(python_fn: Callable[..., Any], specs: list[Any], call: Any) -> Any:
     """Trace again with nested tf.functions run as Python; reject what remains nested."""
     before = tf.config.functions_run_eagerly()
     try:
         tf.config.run_functions_eagerly(True)
         cf = tf.function(python_fn).get_concrete_function(*specs)
     except Exception as exc:  # the nested body may need autograph, lost when inlined
-        node = _first_function_call(nested_gd)
         raise UnsupportedGraphError(
-            f"node {node.name!r} (op {node.op}) calls a nested tf.function, and tracing the "
+            f"node {call.name!r} (op {call.op}) calls a nested tf.function, and tracing the "
             "step again with nested tf.functions run as plain Python (no autograph) failed "
             f"with {type(exc).__name__}: {exc}. A nested function whose Python control flow "
             "depends on tensor values becomes tf.cond/tf.while_loop, which hybridplan does "

@@ -298,12 +298,20 @@ fn make_tensor(
         )));
     }
     let mut elements: u64 = 1;
+    // Integer vectors of unknown length are shape arithmetic (the outputs of
+    // BroadcastGradientArgs, dynamic Shape ops): they hold dimension indices,
+    // so each unknown dimension is costed as 8 elements.
+    let shape_vector = dims.len() <= 1 && matches!(dtype.0, 3 | 9);
     for &d in dims {
         if d < -1 {
             return Err(PlanError::InvalidGraph(format!(
                 "tensor '{}' has a negative dimension {d}",
                 tname()
             )));
+        }
+        if d == -1 && shape_vector {
+            elements *= 8;
+            continue;
         }
         if d == -1 && !dtype.is_handle() {
             return Err(PlanError::UnknownShape {

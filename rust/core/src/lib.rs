@@ -12,15 +12,21 @@
 //! | phases | [`phase`] | forward / backward / update from the loss |
 //! | schedule | [`schedule`] | deterministic topological order |
 //! | liveness | [`liveness`] | live intervals, memory timeline, peak |
+//! | device | [`device`] | device and host-link models, named presets |
+//! | cost | [`cost`] | op times: roofline from FLOPs and bytes, or a measured profile |
+//! | simulate | [`simulate`] | compute + D2H + H2D streams: step time, stall, peak, timeline |
 //!
-//! ```ignore
+//! ```
 //! use hybridplan_core::{analyze, build::BuildOptions, synth};
 //! let bytes = synth::residual_graphdef(&synth::SynthSpec { blocks: 2, ..Default::default() });
 //! let a = analyze(&bytes, &BuildOptions::default()).unwrap();
 //! assert!(a.liveness.peak_bytes > a.graph.persistent_bytes);
-//! ```ignore
+//! ```
 
+pub mod api;
 pub mod build;
+pub mod cost;
+pub mod device;
 pub mod dtype;
 pub mod error;
 pub mod graph;
@@ -30,7 +36,8 @@ pub mod opkind;
 pub mod phase;
 pub mod plan;
 pub mod schedule;
-// pub mod synth;
+pub mod simulate;
+pub mod synth;
 pub(crate) mod wire;
 
 pub use error::{PlanError, Result};

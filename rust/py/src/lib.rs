@@ -9,6 +9,8 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use hybridplan_core as core;
 use hybridplan_core::build::BuildOptions;
 use hybridplan_core::graph::Phase;
+use hybridplan_core::plan::planner::PlanOptions;
+use hybridplan_core::simulate::{EventKind, SimEvent};
 use numpy::{IntoPyArray, PyArray1};
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
@@ -117,10 +119,151 @@ fn analyze(
     Ok(CoreAnalysis { inner })
 }
 
+/// A planned step: the report as JSON and both predicted timelines.
+#[pyclass(module = "hybridplan._core", frozen)]
+struct CorePlan {
+    report_json: String,
+    timelines: [(Vec<f64>, Vec<u64>); 2],
+    /// Planned step's stream events: kind (0 op, 1 clone, 2 swap-out, 3 swap-in), start, end.
+    events: (Vec<u8>, Vec<f64>, Vec<f64>),
+}
+
+#[pymethods]
+impl CorePlan {
+    /// The plan report (decisions, figures) as a JSON string.
+    #[getter]
+    fn report_json(&self) -> &str {
+        &self.report_json
+    }
+    /// (times in s, bytes in use) of the original (`which=0`) or planned (`which=1`) step.
+    /// Stream events of the planned step: (kind, start s, end s) arrays.
+    #[allow(clippy::type_complexity)]
+    fn events<'py>(
+        &self,
+        py: Python<'py>,
+    ) -> (
+        Bound<'py, PyArray1<u8>>,
+        Bound<'py, PyArray1<f64>>,
+        Bound<'py, PyArray1<f64>>,
+    ) {
+        let (k, s, e) = &self.events;
+        (
+            k.clone().into_pyarray(py),
+            s.clone().into_pyarray(py),
+            e.clone().into_pyarray(py),
+        )
+    }
+    fn timeline<'py>(
+        &self,
+        py: Python<'py>,
+        which: usize,
+    ) -> (Bound<'py, PyArray1<f64>>, Bound<'py, PyArray1<u64>>) {
+        let (t, b) = &self.timelines[which.min(1)];
+        (t.clone().into_pyarray(py), b.clone().into_pyarray(py))
+    }
+}
+
+fn split_events(ev: &[SimEvent]) -> (Vec<u8>, Vec<f64>, Vec<f64>) {
+    let kind = |k: EventKind| match k {
+        EventKind::Op => 0u8,
+        EventKind::Clone => 1,
+        EventKind::SwapOut => 2,
+        EventKind::SwapIn => 3,
+    };
+    let mut out = (
+        Vec::with_capacity(ev.len()),
+        Vec::with_capacity(ev.len()),
+        Vec::with_capacity(ev.len()),
+    );
+    for e in ev {
+        out.0.push(kind(e.kind));
+        out.1.push(e.start_s);
+        out.2.push(e.end_s);
+    }
+    out
+}
+
+fn split_timeline(tl: &[(f64, u64)]) -> (Vec<f64>, Vec<u64>) {
+    tl.iter().copied().unzip()
+}
+
+/// Plans a serialized GraphDef under a budget.
+#[pyfunction]
+#[pyo3(signature = (data, budget, strategy="hybrid", device="v100-nvlink2", device_json=None, loss=None, persistent_bytes=None, min_bytes=65536, profile=None))]
+#[allow(clippy::too_many_arguments)]
+fn plan(
+    py: Python<'_>,
+    data: &[u8],
+    budget: u64,
+    strategy: &str,
+    device: &str,
+    device_json: Option<String>,
+    loss: Option<String>,
+    persistent_bytes: Option<u64>,
+    min_bytes: u64,
+    profile: Option<Vec<(u32, f64)>>,
+) -> PyResult<CorePlan> {
+    let build = BuildOptions {
+        loss,
+        persistent_bytes,
+    };
+    let strategy = strategy.to_string();
+    let device = device.to_string();
+    let profile = profile.unwrap_or_default();
+    let out = run(py, move || {
+        let dev = match &device_json {
+            Some(j) => core::device::from_json(j)?,
+            None => core::device::preset(&device)?,
+        };
+        let opts = PlanOptions {
+            strategy: strategy.parse()?,
+            budget,
+            min_bytes,
+            ..PlanOptions::default()
+        };
+        let (_, o) = core::api::plan_bytes(data, &build, &dev, &opts, &profile)?;
+        let json = serde_json::to_string(&o.report).map_err(|e| {
+            core::PlanError::InvalidArgument(format!("cannot serialise the report: {e}"))
+        })?;
+        Ok(CorePlan {
+            report_json: json,
+            timelines: [
+                split_timeline(&o.original.timeline),
+                split_timeline(&o.planned.timeline),
+            ],
+            events: split_events(&o.planned.events),
+        })
+    })?;
+    Ok(out)
+}
+
+/// The JSON of a device preset.
+#[pyfunction]
+fn device_preset(py: Python<'_>, name: &str) -> PyResult<String> {
+    let name = name.to_string();
+    run(py, move || {
+        let d = core::device::preset(&name)?;
+        serde_json::to_string(&d).map_err(|e| core::PlanError::InvalidArgument(e.to_string()))
+    })
+}
+
+/// Names of the device presets.
+#[pyfunction]
+fn device_presets() -> Vec<String> {
+    core::device::preset_names()
+        .iter()
+        .map(|s| s.to_string())
+        .collect()
+}
+
 #[pymodule]
 fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<CoreAnalysis>()?;
+    m.add_class::<CorePlan>()?;
     m.add_function(wrap_pyfunction!(analyze, m)?)?;
+    m.add_function(wrap_pyfunction!(plan, m)?)?;
+    m.add_function(wrap_pyfunction!(device_preset, m)?)?;
+    m.add_function(wrap_pyfunction!(device_presets, m)?)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())
 }

@@ -111,42 +111,60 @@ pub struct RecomputeOpt {
     pub transient: u64,
 }
 
-/// Places the recompute of `unit`, freeing those of its tensors that have a
-/// swap-style gap (`gap_of[t]`: index into `cands`).
-pub fn recompute_option(
+/// Most recompute options built per unit (one per clone time).
+const TRIGGERS_PER_UNIT: usize = 3;
+
+/// Places the recompute of `unit` at up to three clone times, each freeing
+/// the unit's tensors idle across it (`gap_of[t]`: index into `cands`). The
+/// greedy takes at most one of them (they free the same tensors).
+pub fn recompute_options(
     ctx: &Ctx<'_>,
     unit: usize,
     nodes: &[u32],
     cands: &[SwapCandidate],
     gap_of: &[u32],
     in_unit: &mut [bool],
-) -> Option<RecomputeOpt> {
+) -> Vec<RecomputeOpt> {
     let g = ctx.g;
     let saved: Vec<&SwapCandidate> = nodes
         .iter()
         .flat_map(|&v| g.outputs(v))
         .filter_map(|t| cands.get(gap_of[t as usize] as usize))
         .collect();
-    if saved.is_empty() {
-        return None;
-    }
-    let trigger = saved.iter().map(|c| c.first_late()).min()? - 1;
-    let saved: Vec<&SwapCandidate> = saved
-        .into_iter()
-        .filter(|c| c.last_early < trigger)
-        .collect();
-    if saved.is_empty() {
-        return None;
-    }
     for &v in nodes {
         in_unit[v as usize] = true;
     }
-    let clones = clone_set(g, nodes, &saved, in_unit);
-    let opt = finish_recompute(ctx, unit, clones, &saved, trigger, in_unit);
+    let mut out = Vec::new();
+    for (trigger, set) in triggers(&saved) {
+        let clones = clone_set(g, nodes, &set, in_unit);
+        out.extend(finish_recompute(ctx, unit, clones, &set, trigger, in_unit));
+    }
     for &v in nodes {
         in_unit[v as usize] = false;
     }
-    opt
+    out
+}
+
+/// Clone times worth trying, most bytes freed first: each tensor's first
+/// late read, with the tensors idle across it (last early read before,
+/// first late read after). O(k^2) for k tensors of a unit.
+fn triggers<'c>(cands: &[&'c SwapCandidate]) -> Vec<(u32, Vec<&'c SwapCandidate>)> {
+    let idle = |d: &SwapCandidate, t: u32| d.last_early < t && d.first_late() > t;
+    let mut scored: Vec<(u64, u32)> = Vec::new();
+    for c in cands {
+        let t = c.first_late() - 1;
+        let bytes: u64 = cands.iter().filter(|d| idle(d, t)).map(|d| d.bytes).sum();
+        if bytes > 0 {
+            scored.push((bytes, t));
+        }
+    }
+    scored.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
+    scored.dedup_by_key(|x| x.1);
+    scored.truncate(TRIGGERS_PER_UNIT);
+    scored
+        .into_iter()
+        .map(|(_, t)| (t, cands.iter().copied().filter(|d| idle(d, t)).collect()))
+        .collect()
 }
 
 /// Nodes of the unit that the saved tensors depend on, in schedule order.

@@ -3,10 +3,11 @@
 //! # The rule
 //! Walk the forward ops in schedule order. A checkpoint op (convolution,
 //! matmul, einsum: `opkind::is_checkpoint`) starts a new unit. Any other
-//! forward op that may be recomputed joins the unit of the producer of its
-//! first input that is in a unit (so BiasAdd, normalisation arithmetic and
-//! activations follow their convolution); with no such input it starts a unit
-//! of its own. Ops that must never be recomputed (`NodeFlags::NO_RECOMPUTE`:
+//! forward op that may be recomputed joins the unit of its most recently
+//! produced input that is in a unit (so BiasAdd, normalisation arithmetic and
+//! activations follow their convolution, and a residual Add joins the branch
+//! that just ran rather than the long-lived shortcut); with no such input it
+//! starts a unit of its own. Ops that must never be recomputed (`NodeFlags::NO_RECOMPUTE`:
 //! random, stateful, variable reads, control flow) belong to no unit. A
 //! unit's clone reads its inputs from outside the unit, which must then be
 //! kept on the device until the clone runs.
@@ -39,8 +40,10 @@ pub fn partition(g: &Graph, s: &Schedule) -> Units {
         } else {
             g.inputs(v)
                 .iter()
-                .map(|&t| unit_of[g.tensors[t as usize].node as usize])
-                .find(|&u| u != NONE)
+                .map(|&t| g.tensors[t as usize].node)
+                .filter(|&p| unit_of[p as usize] != NONE)
+                .max_by_key(|&p| s.pos[p as usize])
+                .map(|p| unit_of[p as usize])
         };
         let u = match join {
             Some(u) => u,

@@ -25,7 +25,7 @@ use rustc_hash::{FxHashMap, FxHashSet};
 
 use super::candidates::{swap_candidates, SwapCandidate};
 use super::greedy::{choose, Chosen, Pool};
-use super::options::{recompute_option, swap_option, Ctx, RecomputeOpt, SwapOpt};
+use super::options::{recompute_options as unit_options, swap_option, Ctx, RecomputeOpt, SwapOpt};
 use super::partition::partition;
 use super::{Plan, Recompute, Swap, SwapIn};
 use crate::error::{PlanError, Result};
@@ -369,6 +369,11 @@ impl<'a> Planner<'a> {
         Plan { swaps, recomputes }
     }
 
+    /// The recompute options (for tools and tests).
+    pub fn recompute_options_for_debug(&self) -> Vec<RecomputeOpt> {
+        self.recs.clone()
+    }
+
     pub fn num_options(&self) -> (usize, usize) {
         (self.swaps.len(), self.recs.len())
     }
@@ -385,6 +390,6 @@ fn recompute_options(ctx: &Ctx<'_>, cands: &[SwapCandidate]) -> Vec<RecomputeOpt
         .units
         .iter()
         .enumerate()
-        .filter_map(|(u, nodes)| recompute_option(ctx, u, nodes, cands, &gap_of, &mut in_unit))
+        .flat_map(|(u, nodes)| unit_options(ctx, u, nodes, cands, &gap_of, &mut in_unit))
         .collect()
 }

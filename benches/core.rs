@@ -1,0 +1,79 @@
+//! Benchmarks of the core's analysis phases on synthetic `Mixed` train
+//! steps of about 10^3, 10^4, 10^5 and 10^6 nodes.
+//!
+//!     cargo bench -p hybridplan-core --bench core [-- FILTER]
+//!
+//! One group per size (`mixed_1e4/decode`, ...), each with the node count
+//! as its throughput, so criterion reports nodes per second:
+//! - `decode`: `graphdef::decode` of the serialized bytes;
+//! - `build`: `specs_from_raw` + `build` (phases and loss inference included);
+//! - `schedule`, `liveness`: on the built graph;
+//! - `analyze_total`: bytes to liveness, as `hybridplan_core::analyze` does.
+//!
+//! Target: `analyze_total` at 10^6 nodes under 0.5 s on one core, and the
+//! time per node at 10^6 at most 1.5x the time per node at 10^4.
+
+use std::hint::black_box;
+use std::time::Duration;
+
+use criterion::{criterion_group, criterion_main, Criterion, SamplingMode, Throughput};
+use hybridplan_core::build::{build, specs_from_raw, BuildOptions};
+use hybridplan_core::synth::{self, SynthKind, SynthSpec};
+use hybridplan_core::{analyze, graphdef, liveness, schedule};
+
+fn bench_size(c: &mut Criterion, label: &str, target: usize) {
+    let kind = SynthKind::Mixed;
+    let spec = SynthSpec {
+        kind,
+        blocks: synth::blocks_for_nodes(kind, target),
+        ..SynthSpec::default()
+    };
+    let bytes = synth::graphdef(&spec);
+    let opts = BuildOptions::default();
+    let raw = graphdef::decode(&bytes).expect("synthetic graphs decode");
+    let graph = build(&specs_from_raw(&raw).unwrap(), &opts).unwrap();
+    let sched = schedule::schedule(&graph).unwrap();
+    let nodes = graph.num_nodes() as u64;
+
+    let mut group = c.benchmark_group(format!("mixed_{label}"));
+    group.throughput(Throughput::Elements(nodes));
+    if target >= 100_000 {
+        group
+            .sampling_mode(SamplingMode::Flat)
+            .sample_size(10)
+            .warm_up_time(Duration::from_secs(1));
+    }
+    if target >= 1_000_000 {
+        group.measurement_time(Duration::from_secs(20));
+    }
+    group.bench_function("decode", |b| {
+        b.iter(|| graphdef::decode(black_box(&bytes)).unwrap())
+    });
+    group.bench_function("build", |b| {
+        b.iter(|| build(&specs_from_raw(black_box(&raw)).unwrap(), &opts).unwrap())
+    });
+    group.bench_function("schedule", |b| {
+        b.iter(|| schedule::schedule(black_box(&graph)).unwrap())
+    });
+    group.bench_function("liveness", |b| {
+        b.iter(|| liveness::liveness(black_box(&graph), black_box(&sched)))
+    });
+    group.bench_function("analyze_total", |b| {
+        b.iter(|| analyze(black_box(&bytes), &opts).unwrap())
+    });
+    group.finish();
+}
+
+fn benches(c: &mut Criterion) {
+    for (label, target) in [
+        ("1e3", 1_000),
+        ("1e4", 10_000),
+        ("1e5", 100_000),
+        ("1e6", 1_000_000),
+    ] {
+        bench_size(c, label, target);
+    }
+}
+
+criterion_group!(core, benches);
+criterion_main!(core);

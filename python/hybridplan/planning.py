@@ -1,0 +1,270 @@
+"""``hybridplan.plan``: choose swaps and recomputes under a budget (no TensorFlow needed)."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from . import _core
+from ._graphio import GraphLike, graph_bytes
+from .errors import InvalidArgumentError
+
+__all__ = ["STRATEGIES", "Plan", "device_presets", "parse_bytes", "plan"]
+
+STRATEGIES = ("swap", "recompute", "hybrid-paper", "hybrid")
+_UNITS = {
+    "": 1,
+    "b": 1,
+    "kb": 10**3,
+    "mb": 10**6,
+    "gb": 10**9,
+    "tb": 10**12,
+    "kib": 2**10,
+    "mib": 2**20,
+    "gib": 2**30,
+    "tib": 2**40,
+}
+#: Fraction of the device memory kept free by ``budget="auto"`` (allocator
+#: fragmentation, workspace of convolution kernels).
+AUTO_RESERVE = 0.08
+
+
+def device_presets() -> list[str]:
+    """Names of the built-in device models."""
+    return list(_core.device_presets())
+
+
+def parse_bytes(value: Any, what: str = "budget") -> int:
+    """Parses a byte count: an int, a float, or a string such as ``"16GiB"``."""
+    if isinstance(value, bool):
+        raise InvalidArgumentError(f"{what} must be a number of bytes, not a bool")
+    if isinstance(value, str):
+        m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+(?:e[0-9]+)?)\s*([a-zA-Z]*)\s*", value)
+        unit = m.group(2).lower() if m else None
+        if m is None or unit not in _UNITS:
+            raise InvalidArgumentError(
+                f"{what} {value!r} is not a size: write e.g. 16GiB, 32GB, 500MiB or 123456789"
+            )
+        value = float(m.group(1)) * _UNITS[unit]
+    if not isinstance(value, (int, float)):
+        raise InvalidArgumentError(f"{what} must be a number of bytes or a string like '16GiB'")
+    if isinstance(value, float) and not math.isfinite(value):
+        raise InvalidArgumentError(f"{what} must be finite, got {value}")
+    if value <= 0:
+        raise InvalidArgumentError(f"{what} must be positive, got {value}")
+    if value >= 2**64:
+        raise InvalidArgumentError(f"{what} {value} is larger than 2^64 bytes")
+    return int(value)
+
+
+def _device_args(device: str | dict | os.PathLike) -> tuple[str, str | None, dict]:
+    if isinstance(device, dict):
+        text = json.dumps(device)
+        return "custom", text, device
+    if isinstance(device, (os.PathLike, Path)) or (
+        isinstance(device, str) and device.endswith(".json")
+    ):
+        try:
+            text = Path(device).read_text()
+        except OSError as e:
+            raise InvalidArgumentError(f"cannot read the device file {device}: {e}") from None
+        return "custom", text, json.loads(text) if text.strip() else {}
+    if not isinstance(device, str):
+        raise InvalidArgumentError("device must be a preset name, a dict or a path to a JSON file")
+    return device, None, json.loads(_core.device_preset(device))
+
+
+def _budget(budget: Any, dev: dict) -> int:
+    if isinstance(budget, str) and budget.strip().lower() == "auto":
+        mem = int(dev.get("memory_bytes", 0))
+        if mem <= 0:
+            raise InvalidArgumentError("budget='auto' needs a device with memory_bytes")
+        return int(mem * (1 - AUTO_RESERVE))
+    return parse_bytes(budget)
+
+
+@dataclass(frozen=True)
+class Figures:
+    """Predicted figures of one step (bytes, seconds)."""
+
+    peak_bytes: int
+    step_time_s: float
+    compute_time_s: float
+    recompute_time_s: float
+    stall_time_s: float
+    bytes_d2h: int
+    bytes_h2d: int
+    swaps: int
+    swap_ins: int
+    clones: int
+
+
+class Plan:
+    """A plan: every decision, and the predicted figures before and after.
+
+    ``report`` is the full dictionary (JSON-serialisable); ``swaps`` and
+    ``recomputes`` list the decisions with tensor names, bytes, trigger ops
+    and reasons; ``original`` and ``planned`` are :class:`Figures`.
+    """
+
+    def __init__(self, report: dict, timelines: tuple | None = None, events: tuple | None = None):
+        self.report = report
+        self._timelines = timelines
+        self._events = events
+
+    @property
+    def strategy(self) -> str:
+        return self.report["strategy"]
+
+    @property
+    def budget(self) -> int:
+        return self.report["budget"]
+
+    @property
+    def original(self) -> Figures:
+        return Figures(**self.report["original"])
+
+    @property
+    def planned(self) -> Figures:
+        return Figures(**self.report["planned"])
+
+    @property
+    def swaps(self) -> list[dict]:
+        return self.report["swaps"]
+
+    @property
+    def recomputes(self) -> list[dict]:
+        return self.report["recomputes"]
+
+    @property
+    def is_empty(self) -> bool:
+        return not self.swaps and not self.recomputes
+
+    def timeline(self, which: str = "planned") -> tuple[np.ndarray, np.ndarray]:
+        """(time in s, device bytes in use) of the ``original`` or ``planned`` step."""
+        if self._timelines is None:
+            raise InvalidArgumentError("a plan loaded from JSON carries no timelines; re-plan it")
+        return self._timelines[0 if which == "original" else 1]
+
+    def events(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Stream events of the planned step: kind (0 op, 1 recompute clone,
+        2 swap-out, 3 swap-in), start and end times in seconds."""
+        if self._events is None:
+            raise InvalidArgumentError("a plan loaded from JSON carries no events; re-plan it")
+        return self._events
+
+    def rewrite_spec(self) -> dict:
+        """The decisions in the form ``hybridplan.rewrite`` takes (GraphDef node indices)."""
+        return {
+            "swaps": [
+                {
+                    "node": s["node"],
+                    "output": s["output"],
+                    "after": s["after"],
+                    "ins": [
+                        {"trigger": t, "consumers": c, "clone_consumers": cc}
+                        for t, _, c, cc in s["ins"]
+                    ],
+                }
+                for s in self.swaps
+            ],
+            "recomputes": [
+                {
+                    "nodes": r["nodes"],
+                    "trigger": r["trigger"],
+                    "consumers": r["consumers"],
+                    "clone_consumers": r["clone_consumers"],
+                }
+                for r in self.recomputes
+            ],
+        }
+
+    def to_json(self) -> str:
+        return json.dumps(self.report, indent=1, sort_keys=True)
+
+    def save(self, path: str | os.PathLike) -> None:
+        """Writes the plan as JSON (atomically)."""
+        from ._files import atomic_write
+
+        atomic_write(Path(path), self.to_json().encode())
+
+    @classmethod
+    def load(cls, path: str | os.PathLike) -> Plan:
+        """Reads a plan written by :meth:`save`."""
+        try:
+            report = json.loads(Path(path).read_text())
+        except (OSError, json.JSONDecodeError) as e:
+            raise InvalidArgumentError(f"cannot load a plan from {path}: {e}") from None
+        if not isinstance(report, dict) or "swaps" not in report or "planned" not in report:
+            raise InvalidArgumentError(f"{path} is not a hybridplan plan")
+        return cls(report)
+
+    def __repr__(self) -> str:
+        o, p = self.original, self.planned
+        return (
+            f"Plan(strategy={self.strategy!r}, peak {o.peak_bytes} -> {p.peak_bytes} bytes, "
+            f"step {o.step_time_s:.4g} -> {p.step_time_s:.4g} s, "
+            f"swaps={p.swaps}, clones={p.clones})"
+        )
+
+
+def plan(
+    graph: GraphLike,
+    budget: Any = "auto",
+    *,
+    strategy: str = "hybrid",
+    device: str | dict | os.PathLike = "v100-nvlink2",
+    loss: str | None = None,
+    persistent_bytes: int | None = None,
+    min_bytes: int = 1 << 16,
+    profile: dict[int, float] | None = None,
+) -> Plan:
+    """Plans which tensors to swap and which sub-graphs to recompute.
+
+    Args:
+        graph: a ``GraphDef``, its bytes, a ``.pb``/``.pbtxt`` path or a traced step.
+        budget: device bytes the step may use, persistent bytes included:
+            an int, a string such as ``"16GiB"``, or ``"auto"`` (the device's
+            memory less a reserve).
+        strategy: ``"swap"``, ``"recompute"``, ``"hybrid-paper"`` or ``"hybrid"``.
+        device: a preset name (see :func:`device_presets`), a dict or a JSON file.
+        loss: the loss tensor; inferred when omitted.
+        min_bytes: buffers smaller than this are left alone.
+        profile: measured op times, ``{GraphDef node index: seconds}``
+            (see ``hybridplan.profile``), replacing the cost model's estimates.
+
+    Raises:
+        BudgetError: no plan fits; ``best_peak`` says the smallest peak reached.
+        InvalidArgumentError: a bad budget, device or strategy.
+        InvalidGraphError, ShapeError, UnsupportedGraphError: a bad graph.
+
+    Example:
+        >>> p = hybridplan.plan("step.pb", "16GiB", device="v100-nvlink2")  # doctest: +SKIP
+    """
+    if strategy not in STRATEGIES:
+        raise InvalidArgumentError(
+            f"unknown strategy {strategy!r}: use one of {', '.join(STRATEGIES)}"
+        )
+    name, device_json, dev = _device_args(device)
+    nbytes = _budget(budget, dev)
+    min_bytes = parse_bytes(min_bytes, "min_bytes") if min_bytes else 0
+    data, traced_loss = graph_bytes(graph)
+    core = _core.plan(
+        data,
+        nbytes,
+        strategy=strategy,
+        device=name,
+        device_json=device_json,
+        loss=loss or traced_loss,
+        persistent_bytes=persistent_bytes,
+        min_bytes=min_bytes,
+        profile=sorted(profile.items()) if profile else None,
+    )
+    return Plan(json.loads(core.report_json), (core.timeline(0), core.timeline(1)), core.events())

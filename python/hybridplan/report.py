@@ -1,0 +1,203 @@
+"""Reports: a text table, pictures of memory and of the streams, one HTML page."""
+
+from __future__ import annotations
+
+import base64
+import html
+import io
+from collections.abc import Mapping
+from pathlib import Path
+
+import numpy as np
+
+from ._files import atomic_write
+from .planning import Plan
+
+__all__ = [
+    "fmt_bytes",
+    "html_report",
+    "memory_figure",
+    "streams_figure",
+    "summary_table",
+    "write_report",
+]
+
+
+def fmt_bytes(n: float) -> str:
+    """Bytes in binary units, e.g. ``31.4 GiB``."""
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(n) < 1024 or unit == "TiB":
+            return f"{n:.1f} {unit}" if unit != "B" else f"{int(n)} B"
+        n /= 1024
+    return f"{n:.1f} TiB"
+
+
+def fmt_time(s: float) -> str:
+    if s >= 1:
+        return f"{s:.3f} s"
+    if s >= 1e-3:
+        return f"{s * 1e3:.2f} ms"
+    return f"{s * 1e6:.1f} us"
+
+
+_ROWS = [
+    ("peak device memory", "peak_bytes", fmt_bytes),
+    ("predicted step time", "step_time_s", fmt_time),
+    ("exposed transfer (stall)", "stall_time_s", fmt_time),
+    ("recompute time", "recompute_time_s", fmt_time),
+    ("bytes to host", "bytes_d2h", fmt_bytes),
+    ("bytes to device", "bytes_h2d", fmt_bytes),
+    ("swapped tensors", "swaps", str),
+    ("swap-ins", "swap_ins", str),
+    ("recompute clones", "clones", str),
+]
+
+
+def summary_table(plans: Mapping[str, Plan | None], budget: int | None = None) -> str:
+    """Original vs each plan, one column each (``None``: no plan fits)."""
+    first = next((p for p in plans.values() if p is not None), None)
+    cols: list[tuple[str, dict | None]] = []
+    if first is not None:
+        cols.append(("original", first.report["original"]))
+    cols += [(name, p.report["planned"] if p else None) for name, p in plans.items()]
+    head = ["", *[c[0] for c in cols]]
+    rows = [head]
+    for label, key, fmt in _ROWS:
+        rows.append([label, *[fmt(c[1][key]) if c[1] else "no plan fits" for c in cols]])
+    if first is not None and first.report["original"]["step_time_s"] > 0:
+        base = first.report["original"]["step_time_s"]
+        rows.append(
+            [
+                "slowdown vs original",
+                *[f"{c[1]['step_time_s'] / base:.3f}x" if c[1] else "-" for c in cols],
+            ]
+        )
+    widths = [max(len(r[i]) for r in rows) for i in range(len(head))]
+    lines = [
+        "  ".join(
+            cell.rjust(w) if i else cell.ljust(w)
+            for i, (cell, w) in enumerate(zip(r, widths, strict=True))
+        )
+        for r in rows
+    ]
+    lines.insert(1, "-" * len(lines[0]))
+    if budget is not None:
+        lines.insert(0, f"budget: {fmt_bytes(budget)}")
+    return "\n".join(lines)
+
+
+def memory_figure(plan: Plan, measured: tuple[np.ndarray, np.ndarray] | None = None):
+    """Device memory over one step: original, plan, budget (and a measured curve)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(9, 4.2))
+    for which, style in (("original", "--"), ("planned", "-")):
+        t, b = plan.timeline(which)
+        ax.step(t * 1e3, b / 2**30, style, where="post", label=f"{which} (predicted)")
+    if measured is not None:
+        ax.plot(measured[0] * 1e3, measured[1] / 2**30, ":", label="measured")
+    ax.axhline(plan.budget / 2**30, color="red", lw=1, label="budget")
+    ax.set_xlabel("time in the step (ms)")
+    ax.set_ylabel("device memory (GiB)")
+    ax.set_title(f"device memory, {plan.strategy} plan on {plan.report['device']}")
+    ax.legend(loc="upper left", fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
+def streams_figure(plan: Plan):
+    """The compute stream and both copy engines over time."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    kinds, starts, ends = plan.events()
+    lanes = {
+        0: ("compute", "tab:blue"),
+        1: ("compute", "tab:orange"),
+        2: ("device->host", "tab:green"),
+        3: ("host->device", "tab:purple"),
+    }
+    ypos = {"compute": 2, "device->host": 1, "host->device": 0}
+    fig, ax = plt.subplots(figsize=(9, 2.6))
+    for k, (lane, color) in lanes.items():
+        sel = kinds == k
+        if sel.any():
+            ax.broken_barh(
+                list(zip(starts[sel] * 1e3, (ends[sel] - starts[sel]) * 1e3, strict=True)),
+                (ypos[lane] - 0.4, 0.8),
+                color=color,
+                label="recompute" if k == 1 else lane,
+            )
+    ax.set_yticks(list(ypos.values()), list(ypos.keys()))
+    ax.set_xlabel("time in the step (ms)")
+    ax.set_title("streams of the planned step (orange: recompute clones)")
+    fig.tight_layout()
+    return fig
+
+
+def _png(fig) -> bytes:
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=110)
+    import matplotlib.pyplot as plt
+
+    plt.close(fig)
+    return buf.getvalue()
+
+
+def html_report(plans: Mapping[str, Plan | None], main: str, pngs: Mapping[str, bytes]) -> str:
+    """One self-contained page: the table, the pictures, the decisions of ``main``."""
+    p = plans[main]
+    imgs = "".join(
+        f'<h2>{html.escape(name)}</h2><img alt="{html.escape(name)}" '
+        f'src="data:image/png;base64,{base64.b64encode(data).decode()}">'
+        for name, data in pngs.items()
+    )
+    rows = []
+    if p is not None:
+        for s in p.swaps:
+            rows.append(
+                f"<tr><td>swap</td><td>{html.escape(s['tensor'])}</td>"
+                f"<td>{fmt_bytes(s['bytes'])}</td><td>{html.escape(s['reason'])}</td></tr>"
+            )
+        for r in p.recomputes:
+            rows.append(
+                f"<tr><td>recompute</td><td>{html.escape(', '.join(r['names'][:6]))}"
+                f"{' ...' if len(r['names']) > 6 else ''}</td><td></td>"
+                f"<td>{html.escape(r['reason'])}</td></tr>"
+            )
+    table = html.escape(summary_table(plans, p.budget if p else None))
+    return (
+        "<!doctype html><meta charset='utf-8'><title>hybridplan report</title>"
+        "<style>body{font-family:sans-serif;max-width:1000px;margin:auto}"
+        "td{border-bottom:1px solid #ddd;padding:2px 6px;font-size:13px}</style>"
+        f"<h1>hybridplan report</h1><pre>{table}</pre>{imgs}"
+        f"<h2>decisions of the {html.escape(main)} plan</h2>"
+        f"<table><tr><th>kind</th><th>what</th><th>bytes</th><th>why</th></tr>{''.join(rows)}</table>"
+    )
+
+
+def write_report(
+    plans: Mapping[str, Plan | None], main: str, out_dir: str | Path
+) -> dict[str, Path]:
+    """Writes memory.png, streams.png, report.html and plan.json into ``out_dir``."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    p = plans[main]
+    files: dict[str, Path] = {}
+    pngs: dict[str, bytes] = {}
+    if p is not None and p._timelines is not None:
+        pngs["device memory"] = _png(memory_figure(p))
+        pngs["streams"] = _png(streams_figure(p))
+        for name, fname in (("device memory", "memory.png"), ("streams", "streams.png")):
+            atomic_write(out / fname, pngs[name])
+            files[fname] = out / fname
+        p.save(out / "plan.json")
+        files["plan.json"] = out / "plan.json"
+    atomic_write(out / "report.html", html_report(plans, main, pngs).encode())
+    files["report.html"] = out / "report.html"
+    return files

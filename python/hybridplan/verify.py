@@ -1,0 +1,309 @@
+"""Check that the swap and recompute nodes of a rewrite survived TensorFlow's optimizers.
+
+Grappler deletes nodes it considers useless (an ``Identity`` between two devices, a clone
+equal to its original) unless they are protected; a rewrite that lost its nodes still
+computes the right numbers, only without saving memory, so losses alone cannot tell.
+:func:`verify` runs a compiled step ONCE, its first call, with run metadata on, and reads
+what TensorFlow built for execution: each function's ``post_optimization_graph`` (after
+Grappler and placement) and its ``partition_graphs`` (one per device, with the
+``_Send``/``_Recv`` pairs of every device crossing). Every planned node is reported
+``present`` (with the op and device it runs as), ``absorbed`` (a clone whose original is
+gone too: both were rewritten the same way, e.g. fused) or ``missing``.
+
+Limits: TensorFlow records these graphs when it instantiates a function, i.e. on the
+first call only; eager run metadata has no per-node execution trace. The classic graph
+CSE pass (``optimizer_cse.cc``) runs after that snapshot; it merges only nodes of equal
+op, attributes and inputs, so each clone is also checked to differ from its original in
+the executed graph (``distinct``).
+
+Example::
+
+    out = rewrite_with_summary(traced.graph_def, plan, target="cpu-emulation")
+    step = compile_step(traced, out.graph_def)
+    report = verify(step, out.summary, x, y)       # runs the first step
+    report.ok, report.missing
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from .errors import InvalidArgumentError, UnsupportedGraphError
+
+__all__ = ["NodeStatus", "NodesRemovedError", "VerifyReport", "verify", "verify_run_metadata"]
+
+_ON_MISSING = ("raise", "warn", "ignore")
+
+
+class NodesRemovedError(UnsupportedGraphError):
+    """TensorFlow removed (or merged) planned swap / recompute nodes. ``report`` holds the
+    full :class:`VerifyReport`."""
+
+    def __init__(self, message: str, report: VerifyReport):
+        super().__init__(message)
+        self.report = report
+
+
+@dataclass(frozen=True)
+class NodeStatus:
+    """What became of one planned node.
+
+    Attributes:
+        name: the node's name in the rewritten GraphDef.
+        kind: ``"swap_out"``, ``"swap_in"``, ``"clone"`` or ``"node"`` (given by name only).
+        status: ``"present"``, ``"absorbed"`` or ``"missing"``.
+        executed_name: its name in the executed graph (import scope included), or None.
+        op: the op it runs as (oneDNN renames some, e.g. ``_MklNativeMaxPool``), or None.
+        device: the device it was placed on, or None.
+        distinct: for a present clone, whether it differs from its original in op,
+            attributes or inputs (so no CSE can merge them); None otherwise.
+    """
+
+    name: str
+    kind: str
+    status: str
+    executed_name: str | None = None
+    op: str | None = None
+    device: str | None = None
+    distinct: bool | None = None
+
+
+@dataclass(frozen=True)
+class VerifyReport:
+    """The verdict of :func:`verify` on every planned node.
+
+    Attributes:
+        nodes: one :class:`NodeStatus` per planned node, in the order given.
+        source: ``"partition_graphs"`` or ``"post_optimization_graph"`` (what was read).
+        outputs: what the step call returned (verify runs the first training step).
+    """
+
+    nodes: tuple[NodeStatus, ...]
+    source: str
+    outputs: Any = None
+
+    def _with(self, status: str) -> list[str]:
+        return [n.name for n in self.nodes if n.status == status]
+
+    @property
+    def present(self) -> list[str]:
+        return self._with("present")
+
+    @property
+    def missing(self) -> list[str]:
+        return self._with("missing")
+
+    @property
+    def absorbed(self) -> list[str]:
+        return self._with("absorbed")
+
+    @property
+    def mergeable(self) -> list[str]:
+        """Present clones identical to their original (a later CSE may merge them)."""
+        return [n.name for n in self.nodes if n.distinct is False]
+
+    @property
+    def ok(self) -> bool:
+        """Every planned node is present, and no clone can be merged into its original."""
+        return not self.missing and not self.absorbed and not self.mergeable
+
+    def by_name(self) -> dict[str, NodeStatus]:
+        return {n.name: n for n in self.nodes}
+
+    def describe(self) -> str:
+        """A one-paragraph account, naming the first few removed nodes."""
+        counts = {s: len(self._with(s)) for s in ("present", "absorbed", "missing")}
+        text = (
+            f"{counts['present']} of {len(self.nodes)} planned nodes present in the "
+            f"{self.source}, {counts['absorbed']} absorbed, {counts['missing']} missing"
+        )
+        if self.missing:
+            text += f"; missing: {self.missing[:5]}"
+        if self.mergeable:
+            text += f"; clones identical to their original: {self.mergeable[:5]}"
+        return text
+
+
+def verify(
+    step: Callable[..., Any],
+    expected: Any,
+    *args: Any,
+    on_missing: str = "raise",
+    **kwargs: Any,
+) -> VerifyReport:
+    """Runs ``step(*args, **kwargs)`` for the FIRST time and checks the planned nodes.
+
+    Args:
+        step: a callable that runs a TensorFlow function, e.g. the ``StepFn`` of
+            :func:`hybridplan.runner.compile_step`; it must not have been called before
+            (TensorFlow records the optimized graphs only when it instantiates a function).
+        expected: a :class:`~hybridplan.rewrite.RewriteSummary` (kinds and clone
+            originals known) or an iterable of node names.
+        *args, **kwargs: the step's arguments (one training step runs: variables change).
+        on_missing: ``"raise"`` (:class:`NodesRemovedError`), ``"warn"``
+            (``RuntimeWarning``) or ``"ignore"`` when a node is missing, absorbed or
+            mergeable.
+
+    Returns:
+        :class:`VerifyReport`, with the step's return value in ``outputs``.
+
+    Raises:
+        NodesRemovedError: with ``on_missing="raise"``, when the report is not ``ok``.
+        InvalidArgumentError: bad ``on_missing``, or the call instantiated no function
+            (the step had already run, or is not a TensorFlow function).
+
+    Example::
+
+        report = verify(step, out.summary, *workload.batch(0), on_missing="warn")
+    """
+    from tensorflow.python.eager import context
+
+    _check_on_missing(on_missing)
+    ctx = context.context()
+    ctx.enable_run_metadata()
+    try:
+        ctx.export_run_metadata()  # drop what earlier calls recorded
+        outputs = step(*args, **kwargs)
+        metadata = ctx.export_run_metadata()
+    finally:
+        ctx.disable_run_metadata()
+    if metadata is None or not metadata.function_graphs:
+        raise InvalidArgumentError(
+            "the step instantiated no TensorFlow function: verify() must make the step's "
+            "FIRST call (compile a fresh step with compile_step and pass it unused)"
+        )
+    report = verify_run_metadata(metadata, expected, on_missing=on_missing)
+    return VerifyReport(report.nodes, report.source, outputs)
+
+
+def verify_run_metadata(
+    run_metadata: Any, expected: Any, *, on_missing: str = "raise"
+) -> VerifyReport:
+    """Checks the planned nodes against a ``RunMetadata`` already collected.
+
+    Reads ``run_metadata.function_graphs`` (eager / ``tf.function``: partition graphs,
+    else post-optimization graphs) or, for a Session run with
+    ``RunOptions(output_partition_graphs=True)``, ``run_metadata.partition_graphs``.
+    Executed names may carry an import scope (``step/...``): a node matches a planned name
+    when its name equals it or ends with ``"/" + name``.
+
+    Complexity:
+        O(executed nodes x name depth + planned nodes).
+    """
+    _check_on_missing(on_missing)
+    graphs, source = _executed_graphs(run_metadata)
+    kinds, clone_of = _expected(expected)
+    found = _match(graphs, kinds, clone_of)
+    nodes = tuple(_status(name, kind, found, clone_of) for name, kind in kinds.items())
+    report = VerifyReport(nodes, source)
+    if not report.ok and on_missing != "ignore":
+        message = (
+            f"TensorFlow did not keep the planned swap/recompute nodes: {report.describe()}. "
+            "Nodes need attr _grappler_do_not_remove=true and clones a control input of "
+            "their own (hybridplan.rewrite does both); was the GraphDef rewritten again?"
+        )
+        if on_missing == "raise":
+            raise NodesRemovedError(message, report)
+        warnings.warn(message, RuntimeWarning, stacklevel=2)
+    return report
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def _check_on_missing(on_missing: str) -> None:
+    if on_missing not in _ON_MISSING:
+        raise InvalidArgumentError(f"on_missing must be one of {_ON_MISSING}, got {on_missing!r}")
+
+
+def _executed_graphs(run_metadata: Any) -> tuple[list[Any], str]:
+    partitions = [g for fg in run_metadata.function_graphs for g in fg.partition_graphs]
+    partitions += list(run_metadata.partition_graphs)
+    if partitions:
+        return partitions, "partition_graphs"
+    post = [fg.post_optimization_graph for fg in run_metadata.function_graphs]
+    if post:
+        return post, "post_optimization_graph"
+    raise InvalidArgumentError(
+        "the run metadata holds no function graphs and no partition graphs: record it on "
+        "the function's first call (eager), or with "
+        "RunOptions(output_partition_graphs=True) (Session)"
+    )
+
+
+def _expected(expected: Any) -> tuple[dict[str, str], Mapping[str, str]]:
+    """``{name: kind}`` in the given order, and ``{clone: original}``."""
+    if hasattr(expected, "swap_out") and hasattr(expected, "clones"):
+        kinds = {n: "swap_out" for n in expected.swap_out}
+        kinds.update((n, "swap_in") for n in expected.swap_in)
+        kinds.update((n, "clone") for n in expected.clones)
+        return kinds, dict(expected.clone_of)
+    if isinstance(expected, str) or not isinstance(expected, Iterable):
+        raise InvalidArgumentError(
+            "expected must be a RewriteSummary or an iterable of node names, got "
+            f"{type(expected).__name__}"
+        )
+    return dict.fromkeys(expected, "node"), {}
+
+
+@dataclass(frozen=True)
+class _Found:
+    """Executed NodeDefs of the planned nodes and of the clones' originals, by name."""
+
+    planned: Mapping[str, Any]
+    originals: Mapping[str, Any]
+
+
+def _match(graphs: list[Any], kinds: Mapping[str, str], clone_of: Mapping[str, str]) -> _Found:
+    """Finds the planned nodes, then the clones' originals, in the executed graphs.
+
+    A planned node matches an executed node named ``name`` or ``<scope>/name``; the
+    scopes seen there locate the originals (``<scope>/<original>``), so that a clone's
+    name never stands for its original.
+    """
+    by_name: dict[str, Any] = {}
+    found: dict[str, Any] = {}
+    scopes: set[str] = set()
+    for graph in graphs:
+        for node in graph.node:
+            name = node.name
+            by_name.setdefault(name, node)
+            at = -1
+            while True:
+                suffix = name[at + 1 :]
+                if suffix in kinds and suffix not in found:
+                    found[suffix] = node
+                    scopes.add(name[: max(at, 0)])
+                at = name.find("/", at + 1)
+                if at < 0:
+                    break
+    originals: dict[str, Any] = {}
+    for original in set(clone_of.values()):
+        for scope in sorted(scopes) or [""]:
+            node = by_name.get(f"{scope}/{original}" if scope else original)
+            if node is not None:
+                originals[original] = node
+                break
+    return _Found(found, originals)
+
+
+def _status(name: str, kind: str, found: _Found, clone_of: Mapping[str, str]) -> NodeStatus:
+    node = found.planned.get(name)
+    original = found.originals.get(clone_of.get(name, ""))
+    if node is None:
+        gone_too = name in clone_of and original is None
+        return NodeStatus(name, kind, "absorbed" if gone_too else "missing")
+    distinct = _differs(node, original) if kind == "clone" and original is not None else None
+    return NodeStatus(name, kind, "present", node.name, node.op, node.device, distinct)
+
+
+def _differs(clone: Any, original: Any) -> bool:
+    """Whether CSE could tell the two apart: op, attributes, inputs or device differ."""
+    if clone.op != original.op or clone.device != original.device:
+        return True
+    if list(clone.input) != list(original.input):
+        return True
+    return clone.attr != original.attr

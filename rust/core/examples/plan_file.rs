@@ -1,0 +1,112 @@
+//! Plans a GraphDef file and prints what the planner and the simulator see.
+//!
+//! cargo run --release --example plan_file -- GRAPH.pb BUDGET_BYTES [STRATEGY] [DEVICE]
+
+use hybridplan_core::api::op_times;
+use hybridplan_core::build::BuildOptions;
+use hybridplan_core::device::preset;
+use hybridplan_core::plan::candidates::start_times;
+use hybridplan_core::plan::greedy::{choose, Pool};
+use hybridplan_core::plan::options::{Ctx, Link};
+use hybridplan_core::plan::planner::{PlanOptions, Planner, Verdict};
+use hybridplan_core::plan::Plan;
+use hybridplan_core::simulate::simulate;
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    let bytes = std::fs::read(&args[1]).expect("read graph");
+    let budget: u64 = args[2].parse().expect("budget bytes");
+    let strategy = args.get(3).map(String::as_str).unwrap_or("hybrid");
+    let dev = preset(args.get(4).map(String::as_str).unwrap_or("v100-nvlink2")).unwrap();
+    let t0 = std::time::Instant::now();
+    let a = hybridplan_core::analyze(&bytes, &BuildOptions::default()).unwrap();
+    let (times, _) = op_times(&a.graph, &dev, &[]);
+    let ctx = Ctx {
+        g: &a.graph,
+        s: &a.schedule,
+        l: &a.liveness,
+        op_time: &times,
+        start: start_times(&a.schedule, &times),
+        link: Link {
+            d2h_bytes_per_s: dev.d2h_bandwidth,
+            h2d_bytes_per_s: dev.h2d_bandwidth,
+            latency_s: dev.link_latency_s,
+        },
+    };
+    let judge = |p: &Plan| {
+        let r = simulate(&a.graph, &a.schedule, &times, &dev, p)?;
+        Ok(Verdict {
+            peak_bytes: r.peak_bytes,
+            step_time_s: r.step_time_s,
+        })
+    };
+    let opts = PlanOptions {
+        strategy: strategy.parse().unwrap(),
+        budget,
+        ..Default::default()
+    };
+    let planner = Planner::new(&ctx, &opts, &judge);
+    println!(
+        "analyze {:?}, liveness peak {} at pos {}",
+        t0.elapsed(),
+        a.liveness.peak_bytes,
+        a.liveness.peak_pos
+    );
+    println!("options {:?}", planner.num_options());
+    let recs = planner.recompute_options_for_debug();
+    for r in recs.iter().take(5) {
+        println!("rec unit {} clones {} saved {:?} trigger {} inputs {} time {:.2e} bytes {} transient {}", r.unit, r.clones.len(), r.saved, r.trigger, r.inputs.len(), r.time_s, r.bytes, r.transient);
+    }
+    let pool = Pool {
+        swaps: &[],
+        tensor_of_swap: &[],
+        recomputes: &recs,
+    };
+    let c = choose(&ctx, &pool, budget, 0.1);
+    for r in &c.recomputes {
+        println!(
+            "chosen unit {} saved {:?} trigger {} inputs {:?}",
+            r.unit,
+            r.saved,
+            r.trigger,
+            r.inputs
+                .iter()
+                .map(|&x| (
+                    x,
+                    a.liveness.last_use[a.liveness.owner[x as usize] as usize],
+                    a.graph.tensors[x as usize].bytes
+                ))
+                .collect::<Vec<_>>()
+        );
+    }
+    let covering: Vec<_> = recs
+        .iter()
+        .filter(|r| {
+            r.saved.iter().map(|s| s.1).max().unwrap() < a.liveness.peak_pos
+                && r.trigger >= a.liveness.peak_pos
+        })
+        .map(|r| (r.unit, r.bytes))
+        .collect();
+    println!("options covering the original peak: {covering:?}");
+    let plan = planner.to_plan(&c);
+    let sim = simulate(&a.graph, &a.schedule, &times, &dev, &plan).unwrap();
+    println!(
+        "recompute-only greedy: chosen {} model peak {} sim peak {} at t={:.4}",
+        c.recomputes.len(),
+        c.model_peak,
+        sim.peak_bytes,
+        sim.peak_time_s
+    );
+    let t1 = std::time::Instant::now();
+    match planner.run() {
+        Ok(p) => println!(
+            "{}: peak {} step {:.4} s evals {} in {:?}",
+            p.strategy,
+            p.verdict.peak_bytes,
+            p.verdict.step_time_s,
+            p.evaluations,
+            t1.elapsed()
+        ),
+        Err(e) => println!("error: {e}"),
+    }
+}

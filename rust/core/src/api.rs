@@ -1,0 +1,272 @@
+//! The whole planning pipeline in one call: decode, build, schedule,
+//! liveness, cost, plan, simulate; and the report the Python side reads.
+//!
+//! # Complexity
+//! The sum of the phases': O(bytes + E log E + N log N) plus the planner's
+//! bounded rounds of simulation.
+
+use serde::{Deserialize, Serialize};
+
+use crate::build::BuildOptions;
+use crate::device::DeviceModel;
+use crate::error::{PlanError, Result};
+use crate::graph::Graph;
+use crate::plan::options::{Ctx, Link};
+use crate::plan::planner::{PlanOptions, Planned, Planner, Verdict};
+use crate::plan::Plan;
+use crate::simulate::{simulate, SimResult};
+use crate::Analysis;
+
+/// Predicted figures of one step.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Figures {
+    pub peak_bytes: u64,
+    pub step_time_s: f64,
+    pub compute_time_s: f64,
+    pub recompute_time_s: f64,
+    /// Time the compute stream waited for transfers.
+    pub stall_time_s: f64,
+    pub bytes_d2h: u64,
+    pub bytes_h2d: u64,
+    pub swaps: usize,
+    pub swap_ins: usize,
+    pub clones: usize,
+}
+
+impl Figures {
+    fn of(sim: &SimResult, plan: &Plan) -> Self {
+        Figures {
+            peak_bytes: sim.peak_bytes,
+            step_time_s: sim.step_time_s,
+            compute_time_s: sim.compute_time_s,
+            recompute_time_s: sim.recompute_time_s,
+            stall_time_s: sim.stall_time_s,
+            bytes_d2h: sim.bytes_d2h,
+            bytes_h2d: sim.bytes_h2d,
+            swaps: plan.swaps.len(),
+            swap_ins: plan.swaps.iter().map(|s| s.ins.len()).sum(),
+            clones: plan.recomputes.iter().map(|r| r.nodes.len()).sum(),
+        }
+    }
+}
+
+/// One swap, with names for people.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SwapDecision {
+    pub tensor: String,
+    pub node: u32,
+    pub output: u32,
+    pub bytes: u64,
+    pub after: u32,
+    /// (trigger node, trigger name, consumers, clone consumers) per swap-in.
+    pub ins: Vec<(u32, String, Vec<u32>, Vec<u32>)>,
+    pub reason: String,
+}
+
+/// One recompute, with names for people.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RecomputeDecision {
+    pub nodes: Vec<u32>,
+    pub names: Vec<String>,
+    pub trigger: u32,
+    pub trigger_name: String,
+    pub consumers: Vec<u32>,
+    pub clone_consumers: Vec<u32>,
+    pub reason: String,
+}
+
+/// What a plan request returns.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PlanReport {
+    pub strategy_requested: String,
+    pub strategy: String,
+    pub device: String,
+    pub budget: u64,
+    pub persistent_bytes: u64,
+    pub num_nodes: usize,
+    pub loss: Option<String>,
+    pub original: Figures,
+    pub planned: Figures,
+    pub swaps: Vec<SwapDecision>,
+    pub recomputes: Vec<RecomputeDecision>,
+    /// Op types the cost model knows only by bytes.
+    pub unknown_ops: Vec<String>,
+    pub evaluations: u32,
+    pub swap_options: usize,
+    pub recompute_options: usize,
+}
+
+/// The report and both simulations (for timelines and pictures).
+pub struct Outcome {
+    pub report: PlanReport,
+    pub original: SimResult,
+    pub planned: SimResult,
+    pub plan: Plan,
+}
+
+/// Op times: the cost model's estimates, replaced by a measured profile
+/// (`(node id, seconds)`) where one is given.
+pub fn op_times(g: &Graph, dev: &DeviceModel, profile: &[(u32, f64)]) -> (Vec<f64>, Vec<String>) {
+    let costs = crate::cost::op_costs(g, dev);
+    let mut t = costs.time_s;
+    for &(n, s) in profile {
+        if let Some(x) = t.get_mut(n as usize) {
+            if s.is_finite() && s >= 0.0 {
+                *x = s;
+            }
+        }
+    }
+    (t, costs.unknown_ops)
+}
+
+/// Plans an analysed graph.
+///
+/// # Errors
+/// [`PlanError::InvalidArgument`] for a bad budget or device,
+/// [`PlanError::Budget`] when no plan fits.
+pub fn plan_analysis(
+    a: &Analysis,
+    dev: &DeviceModel,
+    opts: &PlanOptions,
+    profile: &[(u32, f64)],
+) -> Result<Outcome> {
+    dev.validate()?;
+    if opts.budget == 0 {
+        return Err(PlanError::InvalidArgument(
+            "the budget must be a positive number of bytes".into(),
+        ));
+    }
+    if opts.budget < a.graph.persistent_bytes {
+        return Err(PlanError::Budget {
+            budget: opts.budget,
+            best_peak: a.graph.persistent_bytes,
+            strategy: "none (the variables and optimizer slots alone need more)".into(),
+        });
+    }
+    let (times, unknown_ops) = op_times(&a.graph, dev, profile);
+    let ctx = Ctx {
+        g: &a.graph,
+        s: &a.schedule,
+        l: &a.liveness,
+        op_time: &times,
+        start: crate::plan::candidates::start_times(&a.schedule, &times),
+        link: Link {
+            d2h_bytes_per_s: dev.d2h_bandwidth,
+            h2d_bytes_per_s: dev.h2d_bandwidth,
+            latency_s: dev.link_latency_s,
+        },
+    };
+    let judge = |p: &Plan| -> Result<Verdict> {
+        let r = simulate(&a.graph, &a.schedule, &times, dev, p)?;
+        Ok(Verdict {
+            peak_bytes: r.peak_bytes,
+            step_time_s: r.step_time_s,
+        })
+    };
+    let planner = Planner::new(&ctx, opts, &judge);
+    let planned: Planned = planner.run()?;
+    let original = simulate(&a.graph, &a.schedule, &times, dev, &Plan::default())?;
+    let sim = simulate(&a.graph, &a.schedule, &times, dev, &planned.plan)?;
+    if sim.peak_bytes > opts.budget {
+        return Err(PlanError::Budget {
+            budget: opts.budget,
+            best_peak: sim.peak_bytes,
+            strategy: planned.strategy,
+        });
+    }
+    let (so, ro) = planner.num_options();
+    let report = PlanReport {
+        strategy_requested: opts.strategy.name().into(),
+        strategy: planned.strategy.clone(),
+        device: dev.name.clone(),
+        budget: opts.budget,
+        persistent_bytes: a.graph.persistent_bytes,
+        num_nodes: a.graph.num_nodes(),
+        loss: (a.graph.loss != crate::graph::NONE).then(|| a.graph.tensor_name(a.graph.loss)),
+        original: Figures::of(&original, &Plan::default()),
+        planned: Figures::of(&sim, &planned.plan),
+        swaps: swap_decisions(&a.graph, &planned.plan),
+        recomputes: recompute_decisions(&a.graph, &planned.plan, &times),
+        unknown_ops,
+        evaluations: planned.evaluations,
+        swap_options: so,
+        recompute_options: ro,
+    };
+    Ok(Outcome {
+        report,
+        original,
+        planned: sim,
+        plan: planned.plan,
+    })
+}
+
+fn swap_decisions(g: &Graph, plan: &Plan) -> Vec<SwapDecision> {
+    plan.swaps
+        .iter()
+        .map(|s| {
+            let t = &g.tensors[s.tensor as usize];
+            SwapDecision {
+                tensor: g.tensor_name(s.tensor),
+                node: t.node,
+                output: t.index,
+                bytes: t.bytes,
+                after: s.after,
+                ins: s
+                    .ins
+                    .iter()
+                    .map(|i| {
+                        let name = g.nodes[i.trigger as usize].name.to_string();
+                        (i.trigger, name, i.consumers.clone(), i.clone_consumers.clone())
+                    })
+                    .collect(),
+                reason: format!(
+                    "{} bytes idle between reads; swapped out after its producer, back in after '{}'",
+                    t.bytes,
+                    s.ins.first().map(|i| g.nodes[i.trigger as usize].name.as_ref()).unwrap_or("")
+                ),
+            }
+        })
+        .collect()
+}
+
+fn recompute_decisions(g: &Graph, plan: &Plan, times: &[f64]) -> Vec<RecomputeDecision> {
+    plan.recomputes
+        .iter()
+        .map(|r| {
+            let t: f64 = r.nodes.iter().map(|&v| times[v as usize]).sum();
+            RecomputeDecision {
+                nodes: r.nodes.clone(),
+                names: r
+                    .nodes
+                    .iter()
+                    .map(|&v| g.nodes[v as usize].name.to_string())
+                    .collect(),
+                trigger: r.trigger,
+                trigger_name: g.nodes[r.trigger as usize].name.to_string(),
+                consumers: r.consumers.clone(),
+                clone_consumers: r.clone_consumers.clone(),
+                reason: format!(
+                    "{} op(s) re-run in {:.3e} s instead of keeping their outputs",
+                    r.nodes.len(),
+                    t
+                ),
+            }
+        })
+        .collect()
+}
+
+/// Decodes, analyses and plans serialized `GraphDef` bytes.
+///
+/// # Errors
+/// Any [`PlanError`] of the phases.
+pub fn plan_bytes(
+    bytes: &[u8],
+    build: &BuildOptions,
+    dev: &DeviceModel,
+    opts: &PlanOptions,
+    profile: &[(u32, f64)],
+) -> Result<(Analysis, Outcome)> {
+    let a = crate::analyze(bytes, build)?;
+    let o = plan_analysis(&a, dev, opts, profile)?;
+    Ok((a, o))
+}

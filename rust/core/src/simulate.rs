@@ -1,0 +1,668 @@
+//! The simulator: a plan's step time, stall, link traffic and memory
+//! timeline on a device model.
+//!
+//! # The model
+//! Three serial resources:
+//! - the **compute stream** runs the ops in schedule order; the clones of a
+//!   [`Recompute`] run right after its trigger (recomputes with the same
+//!   trigger in plan order), each costing its original's time. An item
+//!   starts when the previous one has finished and every input is on the
+//!   device (a swapped-in input: its copy has finished; a clone's output:
+//!   the clone has run, which the stream order already gives);
+//! - the **device-to-host engine** runs swap-outs: one is ready when its
+//!   producer and `after` have finished;
+//! - the **host-to-device engine** runs swap-ins: one is ready when its
+//!   trigger and its swap-out have finished.
+//!
+//! Each engine serves ready copies first-come first-served (ties: order of
+//! becoming ready). A copy takes `link_latency_s` (the engine is busy, the
+//! wire idle), then moves its bytes at the direction's bandwidth, multiplied
+//! by `duplex_factor` while the other direction is also moving bytes (a
+//! fluid model: the rate changes at the instants the other copy starts or
+//! stops moving data).
+//!
+//! # Memory
+//! Persistent bytes are always in use. A buffer (a tensor with
+//! `Tensor::bytes > 0`; an alias shares its owner's) is taken when its
+//! producer starts and returned when its last device reader has finished;
+//! readers redirected to a swap-in copy or a clone do not count, and a
+//! swapped tensor is also held until its swap-out has finished. A swap-in
+//! copy takes the tensor's bytes when the copy starts and returns them when
+//! its last reader (clones included) has finished. A clone's output is taken
+//! when the clone starts and returned after its last reader. At equal times,
+//! the events of compute item `p` order as: link events up to `p`'s start,
+//! `p`'s allocations, link events up to its end, its frees; link events at
+//! one instant come after the frees of items that ended then and before the
+//! allocations of items that start then. With an empty plan the peak equals
+//! [`crate::liveness::liveness`]'s.
+//!
+//! # Complexity
+//! O((N + C) + E + P log P + M) time and O(N + T + C + P) memory for N
+//! nodes, C clones, E edges, P swap and recompute entries of the plan and M
+//! kept events (hash maps are keyed lookups only, never iterated, so the
+//! result is deterministic).
+
+mod link;
+mod prep;
+
+use serde::{Deserialize, Serialize};
+
+use crate::device::DeviceModel;
+use crate::error::{PlanError, Result};
+use crate::graph::{Graph, NONE};
+use crate::opkind;
+use crate::plan::Plan;
+use crate::schedule::Schedule;
+use link::{Link, Xfer};
+use prep::{Fire, Prep, Src};
+
+/// What one event of the per-stream event list is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum EventKind {
+    /// An op of the original graph (compute stream); `id` is the node.
+    Op,
+    /// A recompute clone (compute stream); `id` is the original node.
+    Clone,
+    /// A device-to-host copy; `id` is the tensor.
+    SwapOut,
+    /// A host-to-device copy; `id` is the tensor.
+    SwapIn,
+}
+
+/// One interval of one stream, for plotting.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct SimEvent {
+    pub kind: EventKind,
+    pub id: u32,
+    pub start_s: f64,
+    pub end_s: f64,
+}
+
+/// Options of a simulation.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SimOptions {
+    /// Most events kept in [`SimResult::events`] (transfers first, then
+    /// compute items in stream order).
+    pub max_events: usize,
+}
+
+impl Default for SimOptions {
+    fn default() -> Self {
+        SimOptions {
+            max_events: 100_000,
+        }
+    }
+}
+
+/// The simulator's prediction for one plan. Seconds and bytes.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SimResult {
+    /// When the last compute item or copy finished.
+    pub step_time_s: f64,
+    /// Time of the original graph's ops.
+    pub compute_time_s: f64,
+    /// Time of the recompute clones.
+    pub recompute_time_s: f64,
+    /// Time the compute stream waited for swap-ins.
+    pub stall_time_s: f64,
+    pub bytes_d2h: u64,
+    pub bytes_h2d: u64,
+    pub peak_bytes: u64,
+    /// First instant the peak is reached.
+    pub peak_time_s: f64,
+    /// `(time, bytes in use)`, one point per change (two points at one time
+    /// for an op that takes no time).
+    pub timeline: Vec<(f64, u64)>,
+    /// Stream intervals sorted by start, at most `max_events` of them.
+    pub events: Vec<SimEvent>,
+    /// True when events were left out.
+    pub events_truncated: bool,
+}
+
+/// Simulates `plan` on `g` run in schedule `s`, `costs[v]` seconds per node.
+///
+/// # Errors
+/// [`PlanError::InvalidArgument`] when `costs` or `s` do not fit `g`, the
+/// device model is invalid, or the plan is: an id out of range, a tensor
+/// swapped twice, a consumer that does not read the tensor, a trigger not
+/// before its consumers, a node read from two places, a clone of an op
+/// that must not be cloned, or a clone input not available when it runs.
+///
+/// # Complexity
+/// See the module docs.
+pub fn simulate(
+    g: &Graph,
+    s: &Schedule,
+    costs: &[f64],
+    dev: &DeviceModel,
+    plan: &Plan,
+) -> Result<SimResult> {
+    simulate_with(g, s, costs, dev, plan, &SimOptions::default())
+}
+
+/// [`simulate`] with options.
+///
+/// # Errors
+/// As [`simulate`].
+pub fn simulate_with(
+    g: &Graph,
+    s: &Schedule,
+    costs: &[f64],
+    dev: &DeviceModel,
+    plan: &Plan,
+    opts: &SimOptions,
+) -> Result<SimResult> {
+    let t0 = std::time::Instant::now();
+    check_args(g, s, costs, dev)?;
+    let prep = Prep::new(g, s, plan)?;
+    let t1 = t0.elapsed();
+    let mut sim = Sim::new(g, plan, &prep, costs, dev);
+    let t2 = t0.elapsed();
+    sim.run()?;
+    let t3 = t0.elapsed();
+    let r = sim.result(opts);
+    let t4 = t0.elapsed();
+    if std::env::var("SIMPROF").is_ok() {
+        eprintln!(
+            "prep {:?} new {:?} run {:?} result {:?}",
+            t1,
+            t2 - t1,
+            t3 - t2,
+            t4 - t3
+        );
+    }
+    Ok(r)
+}
+
+fn invalid(msg: String) -> PlanError {
+    PlanError::InvalidArgument(msg)
+}
+
+fn check_args(g: &Graph, s: &Schedule, costs: &[f64], dev: &DeviceModel) -> Result<()> {
+    let n = g.num_nodes();
+    if s.order.len() != n || s.pos.len() != n {
+        return Err(invalid(format!(
+            "the schedule has {} entries for a graph of {n} nodes: schedule this graph",
+            s.order.len()
+        )));
+    }
+    if costs.len() != n {
+        return Err(invalid(format!(
+            "{} op costs for a graph of {n} nodes: pass one time per node",
+            costs.len()
+        )));
+    }
+    if let Some(v) = costs.iter().position(|c| !(c.is_finite() && *c >= 0.0)) {
+        return Err(invalid(format!(
+            "op cost of node {v} is {}: costs must be finite seconds >= 0",
+            costs[v]
+        )));
+    }
+    dev.validate()
+}
+
+/// Buffers on the device timeline. Swap-in copies are buffers
+/// `0..n_ins`; the others follow in the order their items start.
+#[derive(Default)]
+struct Bufs {
+    bytes: Vec<u64>,
+    /// Stream item that allocates it (NONE: a swap-in copy).
+    alloc: Vec<u32>,
+    /// Last stream item that reads it (NONE: none yet).
+    last: Vec<u32>,
+    /// Held until this time (the end of a swap-out of it), or -inf.
+    held: Vec<f64>,
+}
+
+impl Bufs {
+    fn push(&mut self, bytes: u64, alloc: u32) -> u32 {
+        self.bytes.push(bytes);
+        self.alloc.push(alloc);
+        self.last.push(alloc);
+        self.held.push(f64::NEG_INFINITY);
+        self.bytes.len() as u32 - 1
+    }
+}
+
+/// The state of one simulation.
+struct Sim<'a> {
+    g: &'a Graph,
+    plan: &'a Plan,
+    p: &'a Prep,
+    costs: &'a [f64],
+    /// Start and end of every stream item.
+    start: Vec<f64>,
+    end: Vec<f64>,
+    /// Swap-outs `0..S`, then swap-ins.
+    xf: Vec<Xfer>,
+    n_swaps: usize,
+    link: Link,
+    done: Vec<u32>,
+    /// End of each swap-in's trigger (NaN until it has run).
+    trig_end: Vec<f64>,
+    bufs: Bufs,
+    orig_buf: Vec<u32>,
+    clone_buf: Vec<u32>,
+    stall: f64,
+    compute: f64,
+    recompute: f64,
+}
+
+impl<'a> Sim<'a> {
+    fn new(
+        g: &'a Graph,
+        plan: &'a Plan,
+        p: &'a Prep,
+        costs: &'a [f64],
+        dev: &DeviceModel,
+    ) -> Sim<'a> {
+        let n_swaps = plan.swaps.len();
+        let n_ins = p.in_tensor.len();
+        let vb = |t: u32| g.tensors[t as usize].value_bytes;
+        let xf: Vec<Xfer> = (plan.swaps.iter().map(|s| vb(s.tensor)))
+            .chain(p.in_tensor.iter().map(|&t| vb(t)))
+            .map(|b| Xfer {
+                bytes: b as f64,
+                ..Xfer::default()
+            })
+            .collect();
+        let mut bufs = Bufs::default();
+        let cap = g.num_tensors() + n_ins + p.clone_buf_len();
+        bufs.bytes.reserve(cap);
+        bufs.alloc.reserve(cap);
+        bufs.last.reserve(cap);
+        bufs.held.reserve(cap);
+        for &t in &p.in_tensor {
+            let b = bufs.push(vb(t), NONE);
+            bufs.last[b as usize] = NONE;
+        }
+        let items = p.item_node.len();
+        let link = Link::new(
+            dev.d2h_bandwidth,
+            dev.h2d_bandwidth,
+            dev.link_latency_s,
+            dev.duplex_factor,
+        );
+        Sim {
+            g,
+            plan,
+            p,
+            costs,
+            start: vec![0.0; items],
+            end: vec![0.0; items],
+            xf,
+            n_swaps,
+            link,
+            done: Vec::new(),
+            trig_end: vec![f64::NAN; n_ins],
+            bufs,
+            orig_buf: vec![NONE; g.num_tensors()],
+            clone_buf: vec![NONE; p.clone_buf_len()],
+            stall: 0.0,
+            compute: 0.0,
+            recompute: 0.0,
+        }
+    }
+
+    /// Walks the compute stream, then lets the link finish.
+    fn run(&mut self) -> Result<()> {
+        let (mut prev, mut f) = (0.0f64, 0usize);
+        for item in 0..self.p.item_node.len() {
+            let st = self.read_inputs(item as u32, prev)?;
+            self.stall += st - prev;
+            self.alloc_outputs(item as u32);
+            let d = self.costs[self.p.item_node[item] as usize];
+            if self.p.item_clone[item] == NONE {
+                self.compute += d;
+            } else {
+                self.recompute += d;
+            }
+            self.start[item] = st;
+            prev = st + d;
+            self.end[item] = prev;
+            while f < self.p.fires.len() && self.p.fires[f].0 as usize == item {
+                self.fire(self.p.fires[f].1, prev);
+                f += 1;
+            }
+        }
+        self.drain()
+    }
+
+    /// Marks every input of `item` read; returns when they are all on the device.
+    fn read_inputs(&mut self, item: u32, prev: f64) -> Result<f64> {
+        let (g, p) = (self.g, self.p);
+        let v = p.item_node[item as usize];
+        let c = p.item_clone[item as usize];
+        let mut st = prev;
+        if c == NONE {
+            let red = p.redirected[v as usize];
+            for &t in g.inputs(v) {
+                let src = match red {
+                    true => p.redirect.get(&(v, t)).copied().unwrap_or(Src::Orig(t)),
+                    false => Src::Orig(t),
+                };
+                st = st.max(self.read(src, item)?);
+            }
+        } else {
+            let (lo, hi) = (p.clone_in_off[c as usize], p.clone_in_off[c as usize + 1]);
+            for &src in &p.clone_in[lo as usize..hi as usize] {
+                st = st.max(self.read(src, item)?);
+            }
+        }
+        Ok(st)
+    }
+
+    fn buf_of(&self, src: Src) -> u32 {
+        match src {
+            Src::Orig(t) => self.orig_buf[t as usize],
+            Src::In(i) => i,
+            Src::Clone(c, k) => self.clone_buf[(self.p.cout_off[c as usize] + k) as usize],
+        }
+    }
+
+    /// Marks `src` read by `item`; returns when it is on the device.
+    fn read(&mut self, src: Src, item: u32) -> Result<f64> {
+        let b = self.buf_of(src);
+        if b != NONE {
+            self.bufs.last[b as usize] = item;
+        }
+        match src {
+            Src::In(i) => self.wait(self.n_swaps + i as usize),
+            _ => Ok(0.0),
+        }
+    }
+
+    /// Buffers of the outputs of `item`: new ones, or the aliased input's.
+    fn alloc_outputs(&mut self, item: u32) {
+        let (g, p) = (self.g, self.p);
+        let v = p.item_node[item as usize];
+        let c = p.item_clone[item as usize];
+        for (k, t) in g.outputs(v).enumerate() {
+            let tt = &g.tensors[t as usize];
+            let b = if tt.alias_of != NONE {
+                match c {
+                    NONE => self.orig_buf[tt.alias_of as usize],
+                    _ => self.clone_alias_buf(c, v, k),
+                }
+            } else if tt.bytes > 0 {
+                self.bufs.push(tt.bytes, item)
+            } else {
+                NONE
+            };
+            match c {
+                NONE => self.orig_buf[t as usize] = b,
+                _ => self.clone_buf[(p.cout_off[c as usize] + k as u32) as usize] = b,
+            }
+        }
+    }
+
+    /// The buffer a clone's aliasing output `k` shares: its input's.
+    fn clone_alias_buf(&self, c: u32, v: u32, k: usize) -> u32 {
+        let slot = match opkind::aliased_input(self.g.op_name(v)) {
+            Some(usize::MAX) => k,
+            Some(s) => s,
+            None => return NONE,
+        };
+        let lo = self.p.clone_in_off[c as usize] as usize + slot;
+        if lo < self.p.clone_in_off[c as usize + 1] as usize {
+            self.buf_of(self.p.clone_in[lo])
+        } else {
+            NONE
+        }
+    }
+
+    /// Handles what a compute item sets off when it ends at `t`.
+    fn fire(&mut self, ev: Fire, t: f64) {
+        match ev {
+            Fire::Out(k) => self.link.submit(0, k, t),
+            Fire::Trigger(i) => {
+                self.trig_end[i as usize] = t;
+                let k = self.swap_of_in(i);
+                if self.xf[k].done {
+                    let ready = t.max(self.xf[k].end);
+                    self.link
+                        .submit(1, (self.n_swaps + i as usize) as u32, ready);
+                }
+            }
+        }
+    }
+
+    fn swap_of_in(&self, i: u32) -> usize {
+        self.p.in_base.partition_point(|&b| b <= i) - 1
+    }
+
+    /// One link step; starts the swap-ins whose swap-out just ended.
+    fn step(&mut self) -> bool {
+        let mut done = std::mem::take(&mut self.done);
+        let progressed = self.link.step(&mut self.xf, &mut done);
+        for &x in &done {
+            let k = x as usize;
+            if k >= self.n_swaps {
+                continue;
+            }
+            let t = self.xf[k].end;
+            for i in self.p.in_base[k]..self.p.in_base[k + 1] {
+                let te = self.trig_end[i as usize];
+                if !te.is_nan() {
+                    self.link
+                        .submit(1, (self.n_swaps + i as usize) as u32, te.max(t));
+                }
+            }
+        }
+        done.clear();
+        self.done = done;
+        progressed
+    }
+
+    /// Steps the link until copy `x` has ended; returns its end.
+    fn wait(&mut self, x: usize) -> Result<f64> {
+        while !self.xf[x].done {
+            if !self.step() {
+                return Err(invalid(format!(
+                    "copy {x} of the plan can never run (internal: a swap-in waits on a swap-out that never starts)"
+                )));
+            }
+        }
+        Ok(self.xf[x].end)
+    }
+
+    /// Runs the link until every copy has ended (at most 4 steps a copy).
+    fn drain(&mut self) -> Result<()> {
+        for _ in 0..4 * self.xf.len() + 4 {
+            if !self.step() {
+                break;
+            }
+        }
+        match self.xf.iter().position(|x| !x.done) {
+            None => Ok(()),
+            Some(x) => Err(invalid(format!(
+                "copy {x} of the plan never ran (internal)"
+            ))),
+        }
+    }
+}
+
+/// A memory event timed by the link (a swap-in's start, a swap-out's end).
+#[derive(Debug, Clone, Copy)]
+struct MemEv {
+    time: f64,
+    delta: i128,
+}
+
+/// Running memory: current bytes, peak, the compressed timeline.
+struct Meter {
+    cur: i128,
+    peak: i128,
+    peak_time: f64,
+    timeline: Vec<(f64, u64)>,
+    last_up: bool,
+}
+
+impl Meter {
+    fn apply(&mut self, time: f64, delta: i128) {
+        if delta == 0 {
+            return;
+        }
+        self.cur += delta;
+        let up = delta > 0;
+        if up && self.cur > self.peak {
+            self.peak = self.cur;
+            self.peak_time = time;
+        }
+        let v = self.cur.clamp(0, i128::from(u64::MAX)) as u64;
+        match self.timeline.last_mut() {
+            Some(last) if last.0 == time && up == self.last_up => last.1 = v,
+            _ => self.timeline.push((time, v)),
+        }
+        self.last_up = up;
+    }
+}
+
+impl Sim<'_> {
+    /// Frees by compute item (CSR), and the link-timed events sorted by
+    /// time (allocations first at one instant).
+    fn memory_events(&self) -> (Vec<u32>, Vec<u32>, Vec<MemEv>) {
+        let mut link_ev = Vec::new();
+        let mut free_item = vec![NONE; self.bufs.bytes.len()];
+        for (b, &bytes) in self.bufs.bytes.iter().enumerate() {
+            let d = i128::from(bytes);
+            let (alloc, last, held) = (self.bufs.alloc[b], self.bufs.last[b], self.bufs.held[b]);
+            if alloc == NONE {
+                let time = self.xf[self.n_swaps + b].start;
+                link_ev.push(MemEv { time, delta: d });
+                if last == NONE {
+                    link_ev.push(MemEv { time, delta: -d });
+                    continue;
+                }
+            }
+            if held > self.end[last as usize] {
+                link_ev.push(MemEv {
+                    time: held,
+                    delta: -d,
+                });
+            } else {
+                free_item[b] = last;
+            }
+        }
+        link_ev.sort_by(|a, b| a.time.total_cmp(&b.time).then(b.delta.cmp(&a.delta)));
+        let (off, list) = bucket(&free_item, self.start.len());
+        (off, list, link_ev)
+    }
+
+    /// Sweeps the events in order: the peak and the timeline.
+    fn memory(&self) -> Meter {
+        let persistent = i128::from(self.g.persistent_bytes);
+        let mut timeline = Vec::with_capacity(2 * self.bufs.bytes.len() + 1);
+        timeline.push((0.0, self.g.persistent_bytes));
+        let mut m = Meter {
+            cur: persistent,
+            peak: persistent,
+            peak_time: 0.0,
+            timeline,
+            last_up: true,
+        };
+        let (off, list, link_ev) = self.memory_events();
+        let (mut li, mut ab) = (0usize, self.p.in_tensor.len());
+        // Link events at an instant go after the frees of the items that
+        // ended then and before the allocations of the items that start then.
+        let flush = |m: &mut Meter, li: &mut usize, before: &dyn Fn(f64) -> bool| {
+            while *li < link_ev.len() && before(link_ev[*li].time) {
+                m.apply(link_ev[*li].time, link_ev[*li].delta);
+                *li += 1;
+            }
+        };
+        for p in 0..self.start.len() {
+            flush(&mut m, &mut li, &|t| t <= self.start[p]);
+            while ab < self.bufs.alloc.len() && self.bufs.alloc[ab] as usize == p {
+                m.apply(self.start[p], i128::from(self.bufs.bytes[ab]));
+                ab += 1;
+            }
+            flush(&mut m, &mut li, &|t| t < self.end[p]);
+            for &b in &list[off[p] as usize..off[p + 1] as usize] {
+                m.apply(self.end[p], -i128::from(self.bufs.bytes[b as usize]));
+            }
+        }
+        flush(&mut m, &mut li, &|_| true);
+        m
+    }
+
+    fn result(mut self, opts: &SimOptions) -> SimResult {
+        for (k, sw) in self.plan.swaps.iter().enumerate() {
+            let b = self.orig_buf[sw.tensor as usize];
+            if b != NONE {
+                let h = &mut self.bufs.held[b as usize];
+                *h = h.max(self.xf[k].end);
+            }
+        }
+        let m = self.memory();
+        let last_end = self.end.last().copied().unwrap_or(0.0);
+        let step = self.xf.iter().map(|x| x.end).fold(last_end, f64::max);
+        let sum =
+            |r: std::ops::Range<usize>| -> u64 { self.xf[r].iter().map(|x| x.bytes as u64).sum() };
+        let (events, events_truncated) = self.events(opts.max_events);
+        SimResult {
+            step_time_s: step,
+            compute_time_s: self.compute,
+            recompute_time_s: self.recompute,
+            stall_time_s: self.stall,
+            bytes_d2h: sum(0..self.n_swaps),
+            bytes_h2d: sum(self.n_swaps..self.xf.len()),
+            peak_bytes: m.peak.clamp(0, i128::from(u64::MAX)) as u64,
+            peak_time_s: m.peak_time,
+            timeline: m.timeline,
+            events,
+            events_truncated,
+        }
+    }
+
+    /// Copies first, then compute items, at most `max`; sorted by start.
+    fn events(&self, max: usize) -> (Vec<SimEvent>, bool) {
+        let p = self.p;
+        let copies = self.xf.iter().enumerate().map(|(x, c)| {
+            let (kind, id) = match x.checked_sub(self.n_swaps) {
+                None => (EventKind::SwapOut, self.plan.swaps[x].tensor),
+                Some(i) => (EventKind::SwapIn, p.in_tensor[i]),
+            };
+            SimEvent {
+                kind,
+                id,
+                start_s: c.start,
+                end_s: c.end,
+            }
+        });
+        let items = (0..self.start.len()).map(|i| SimEvent {
+            kind: match p.item_clone[i] {
+                NONE => EventKind::Op,
+                _ => EventKind::Clone,
+            },
+            id: p.item_node[i],
+            start_s: self.start[i],
+            end_s: self.end[i],
+        });
+        let total = self.xf.len() + self.start.len();
+        let mut ev: Vec<SimEvent> = copies.chain(items).take(max).collect();
+        ev.sort_by(|a, b| a.start_s.total_cmp(&b.start_s));
+        (ev, total > max)
+    }
+}
+
+/// Counting sort of `key[b]` (NONE skipped) into buckets `0..n`: offsets
+/// (len n + 1) and the members of each bucket in increasing order.
+fn bucket(key: &[u32], n: usize) -> (Vec<u32>, Vec<u32>) {
+    let mut off = vec![0u32; n + 1];
+    for &k in key.iter().filter(|&&k| k != NONE) {
+        off[k as usize + 1] += 1;
+    }
+    for i in 0..n {
+        off[i + 1] += off[i];
+    }
+    let mut fill = off.clone();
+    let mut list = vec![0u32; off[n] as usize];
+    for (b, &k) in key.iter().enumerate() {
+        if k != NONE {
+            list[fill[k as usize] as usize] = b as u32;
+            fill[k as usize] += 1;
+        }
+    }
+    (off, list)
+}

@@ -1,0 +1,481 @@
+//! The plan checked and resolved onto the compute stream: the stream's
+//! items (originals in schedule order, clones after their trigger), where
+//! every read is served from, and what each item sets off.
+//!
+//! # Complexity
+//! O(N + C + E_c + P log P) for N nodes, C clones, E_c edges of the
+//! consumers and clones the plan names, P plan entries.
+
+use rustc_hash::FxHashMap;
+
+use crate::error::{PlanError, Result};
+use crate::graph::{Graph, NodeFlags, NONE};
+use crate::plan::Plan;
+use crate::schedule::Schedule;
+
+fn invalid(msg: String) -> PlanError {
+    PlanError::InvalidArgument(msg)
+}
+
+/// Where a read is served from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Src {
+    /// The original tensor.
+    Orig(u32),
+    /// Swap-in number `i` (flat over all swaps).
+    In(u32),
+    /// Output `k` of clone `c` (clones numbered in plan order).
+    Clone(u32, u32),
+}
+
+/// A possible source of a clone's input, listed by a `clone_consumers`.
+#[derive(Debug, Clone, Copy)]
+struct Cand {
+    src: Src,
+    /// Usable by stream items after this one.
+    avail: u32,
+    used: bool,
+}
+
+/// What a compute item sets off when it finishes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub(super) enum Fire {
+    /// The swap-out of swap `k` is ready.
+    Out(u32),
+    /// The trigger of swap-in `i` has run.
+    Trigger(u32),
+}
+
+/// The plan checked and resolved onto the compute stream.
+pub(super) struct Prep {
+    /// Node of every stream item, and its clone id (NONE for originals).
+    pub(super) item_node: Vec<u32>,
+    pub(super) item_clone: Vec<u32>,
+    pub(super) node_item: Vec<u32>,
+    pub(super) clone_item: Vec<u32>,
+    /// First clone id of each recompute (len R + 1).
+    pub(super) rc_base: Vec<u32>,
+    /// First output slot of each clone (len C + 1).
+    pub(super) cout_off: Vec<u32>,
+    /// Resolved inputs of each clone.
+    pub(super) clone_in_off: Vec<u32>,
+    pub(super) clone_in: Vec<Src>,
+    /// Tensor of each swap-in; first swap-in of each swap (len S + 1).
+    pub(super) in_tensor: Vec<u32>,
+    pub(super) in_base: Vec<u32>,
+    /// Reads of original nodes served by a swap-in or a clone.
+    pub(super) redirect: FxHashMap<(u32, u32), Src>,
+    pub(super) redirected: Vec<bool>,
+    /// Sources listed for clones' reads, keyed by (node, tensor).
+    cands: FxHashMap<(u32, u32), Vec<Cand>>,
+    /// (item, event), sorted.
+    pub(super) fires: Vec<(u32, Fire)>,
+}
+
+/// Where in the plan a check failed; rendered only for the error message.
+#[derive(Debug, Clone, Copy)]
+enum What {
+    Swap(usize),
+    SwapIn(usize, u32, usize),
+    Recompute(usize),
+}
+
+impl What {
+    fn err(self, g: &Graph, msg: String) -> PlanError {
+        let at = match self {
+            What::Swap(k) => format!("swap {k}"),
+            What::SwapIn(k, t, j) => format!("swap {k} ('{}'), swap-in {j}", g.tensor_name(t)),
+            What::Recompute(r) => format!("recompute {r}"),
+        };
+        invalid(format!("{at}: {msg}"))
+    }
+}
+
+fn check_node(g: &Graph, v: u32, what: What) -> Result<()> {
+    if (v as usize) < g.num_nodes() {
+        return Ok(());
+    }
+    Err(what.err(
+        g,
+        format!(
+            "node id {v} is out of range (the graph has {} nodes)",
+            g.num_nodes()
+        ),
+    ))
+}
+
+fn check_sorted(g: &Graph, list: &[u32], what: What, field: &str) -> Result<()> {
+    for (i, &v) in list.iter().enumerate() {
+        check_node(g, v, what)?;
+        if i > 0 && list[i - 1] >= v {
+            return Err(what.err(
+                g,
+                format!("{field} must be sorted and unique, got {list:?}"),
+            ));
+        }
+    }
+    Ok(())
+}
+
+fn check_reads(g: &Graph, c: u32, t: u32, what: What) -> Result<()> {
+    if g.consumers(t).binary_search(&c).is_ok() {
+        return Ok(());
+    }
+    Err(what.err(
+        g,
+        format!(
+            "node '{}' does not read tensor '{}'",
+            g.nodes[c as usize].name,
+            g.tensor_name(t)
+        ),
+    ))
+}
+
+fn check_recomputes(g: &Graph, s: &Schedule, plan: &Plan) -> Result<()> {
+    for (r, rc) in plan.recomputes.iter().enumerate() {
+        let what = What::Recompute(r);
+        check_node(g, rc.trigger, what)?;
+        if rc.nodes.is_empty() {
+            return Err(what.err(g, "clones no nodes".into()));
+        }
+        for (i, &v) in rc.nodes.iter().enumerate() {
+            check_node(g, v, what)?;
+            if i > 0 && s.pos[v as usize] <= s.pos[rc.nodes[i - 1] as usize] {
+                return Err(what.err(g, format!("nodes must be unique and in schedule order")));
+            }
+            if g.nodes[v as usize].flags.has(NodeFlags::NO_RECOMPUTE) {
+                return Err(what.err(g, format!("node '{}' (op {}) must not be cloned: it is stateful, random, reads a variable, calls a function or makes no output",
+                    g.nodes[v as usize].name,
+                    g.op_name(v)
+                )));
+            }
+        }
+        check_sorted(g, &rc.consumers, what, "consumers")?;
+        check_sorted(g, &rc.clone_consumers, what, "clone_consumers")?;
+        if rc.consumers.is_empty() && rc.clone_consumers.is_empty() {
+            return Err(what.err(g, "has no consumers".into()));
+        }
+    }
+    Ok(())
+}
+
+impl Prep {
+    pub(super) fn new(g: &Graph, s: &Schedule, plan: &Plan) -> Result<Prep> {
+        check_tensors(g, plan)?;
+        check_recomputes(g, s, plan)?;
+        let mut p = Prep::stream(g, s, plan);
+        p.add_swaps(g, plan)?;
+        p.add_recompute_reads(g, s, plan)?;
+        p.resolve_clones(g, s, plan)?;
+        p.check_unused(g)?;
+        p.fires.sort_unstable();
+        Ok(p)
+    }
+
+    /// The compute stream: schedule order, clones after their trigger.
+    fn stream(g: &Graph, s: &Schedule, plan: &Plan) -> Prep {
+        let rs = &plan.recomputes;
+        let (mut rc_base, mut cout_off) = (vec![0u32], vec![0u32]);
+        for r in rs {
+            rc_base.push(rc_base[rc_base.len() - 1] + r.nodes.len() as u32);
+            for &v in &r.nodes {
+                cout_off.push(cout_off[cout_off.len() - 1] + g.outputs(v).len() as u32);
+            }
+        }
+        let mut by_trigger: Vec<(u32, u32)> = (0..rs.len() as u32)
+            .map(|r| (s.pos[rs[r as usize].trigger as usize], r))
+            .collect();
+        by_trigger.sort_unstable();
+        let total = g.num_nodes() + rc_base[rs.len()] as usize;
+        let mut p = Prep {
+            item_node: Vec::with_capacity(total),
+            item_clone: Vec::with_capacity(total),
+            node_item: vec![0; g.num_nodes()],
+            clone_item: vec![0; rc_base[rs.len()] as usize],
+            rc_base,
+            cout_off,
+            clone_in_off: vec![0],
+            clone_in: Vec::new(),
+            in_tensor: Vec::new(),
+            in_base: vec![0],
+            redirect: FxHashMap::default(),
+            redirected: vec![false; g.num_nodes()],
+            cands: FxHashMap::default(),
+            fires: Vec::new(),
+        };
+        let mut next = 0usize;
+        for (pos, &v) in s.order.iter().enumerate() {
+            p.push_item(v, NONE);
+            while next < by_trigger.len() && by_trigger[next].0 as usize == pos {
+                let r = by_trigger[next].1 as usize;
+                for (i, &c) in rs[r].nodes.iter().enumerate() {
+                    p.push_item(c, p.rc_base[r] + i as u32);
+                }
+                next += 1;
+            }
+        }
+        p
+    }
+
+    /// Number of clone output slots.
+    pub(super) fn clone_buf_len(&self) -> usize {
+        self.cout_off.last().copied().unwrap_or(0) as usize
+    }
+
+    fn push_item(&mut self, v: u32, clone: u32) {
+        let item = self.item_node.len() as u32;
+        if clone == NONE {
+            self.node_item[v as usize] = item;
+        } else {
+            self.clone_item[clone as usize] = item;
+        }
+        self.item_node.push(v);
+        self.item_clone.push(clone);
+    }
+
+    /// Registers that original node `c` reads `t` from `src`.
+    fn redirect_read(&mut self, g: &Graph, c: u32, t: u32, src: Src) -> Result<()> {
+        if let Some(old) = self.redirect.insert((c, t), src) {
+            if old != src {
+                return Err(invalid(format!(
+                    "node '{}' reads tensor '{}' from two places in the plan ({old:?} and {src:?})",
+                    g.nodes[c as usize].name,
+                    g.tensor_name(t)
+                )));
+            }
+        }
+        self.redirected[c as usize] = true;
+        Ok(())
+    }
+
+    fn add_cand(&mut self, c: u32, t: u32, src: Src, avail: u32) {
+        let cand = Cand {
+            src,
+            avail,
+            used: false,
+        };
+        self.cands.entry((c, t)).or_default().push(cand);
+    }
+
+    fn add_swaps(&mut self, g: &Graph, plan: &Plan) -> Result<()> {
+        let reads = |l: &[u32]| l.len();
+        let ins = plan.swaps.iter().flat_map(|s| &s.ins);
+        let rcs = plan.recomputes.iter();
+        let n = ins.map(|i| reads(&i.consumers)).sum::<usize>()
+            + rcs.map(|r| reads(&r.consumers)).sum::<usize>();
+        self.redirect.reserve(n);
+        for (k, sw) in plan.swaps.iter().enumerate() {
+            check_node(g, sw.after, What::Swap(k))?;
+            let prod = g.tensors[sw.tensor as usize].node;
+            let out_item = self.node_item[prod as usize].max(self.node_item[sw.after as usize]);
+            self.fires.push((out_item, Fire::Out(k as u32)));
+            for (j, si) in sw.ins.iter().enumerate() {
+                let what = What::SwapIn(k, sw.tensor, j);
+                self.add_swap_in(g, sw.tensor, out_item, si, what)?;
+            }
+            self.in_base.push(self.in_tensor.len() as u32);
+        }
+        Ok(())
+    }
+
+    fn add_swap_in(
+        &mut self,
+        g: &Graph,
+        t: u32,
+        out_item: u32,
+        si: &crate::plan::SwapIn,
+        what: What,
+    ) -> Result<()> {
+        let i = self.in_tensor.len() as u32;
+        check_node(g, si.trigger, what)?;
+        check_sorted(g, &si.consumers, what, "consumers")?;
+        check_sorted(g, &si.clone_consumers, what, "clone_consumers")?;
+        if si.consumers.is_empty() && si.clone_consumers.is_empty() {
+            return Err(what.err(g, "has no consumers".into()));
+        }
+        let trig = self.node_item[si.trigger as usize];
+        let avail = trig.max(out_item);
+        for &c in &si.consumers {
+            check_reads(g, c, t, what)?;
+            self.check_before(g, trig, avail, c, what)?;
+            self.redirect_read(g, c, t, Src::In(i))?;
+        }
+        for &c in &si.clone_consumers {
+            check_reads(g, c, t, what)?;
+            self.add_cand(c, t, Src::In(i), avail);
+        }
+        self.in_tensor.push(t);
+        self.fires.push((trig, Fire::Trigger(i)));
+        Ok(())
+    }
+
+    /// The trigger and the swap-out's start must both precede consumer `c`.
+    fn check_before(&self, g: &Graph, trig: u32, avail: u32, c: u32, what: What) -> Result<()> {
+        let ci = self.node_item[c as usize];
+        let name = &g.nodes[c as usize].name;
+        if trig >= ci {
+            return Err(what.err(
+                g,
+                format!("the trigger does not run before consumer '{name}' in the schedule"),
+            ));
+        }
+        if avail >= ci {
+            return Err(what.err(g, format!("the swap-out cannot start before consumer '{name}' runs (its producer or `after` is not earlier)"
+            )));
+        }
+        Ok(())
+    }
+
+    /// The clone of `t`'s producer in recompute `r`, as a source.
+    fn clone_src(&self, g: &Graph, s: &Schedule, plan: &Plan, r: usize, t: u32) -> Option<Src> {
+        let nodes = &plan.recomputes[r].nodes;
+        let prod = g.tensors[t as usize].node;
+        let k = nodes
+            .binary_search_by_key(&s.pos[prod as usize], |&m| s.pos[m as usize])
+            .ok()?;
+        let c = self.rc_base[r] + k as u32;
+        Some(Src::Clone(c, t - g.out_off[prod as usize]))
+    }
+
+    fn add_recompute_reads(&mut self, g: &Graph, s: &Schedule, plan: &Plan) -> Result<()> {
+        for (r, rc) in plan.recomputes.iter().enumerate() {
+            let what = What::Recompute(r);
+            let trig = self.node_item[rc.trigger as usize];
+            for (list, clones) in [(&rc.consumers, false), (&rc.clone_consumers, true)] {
+                for &c in list.iter() {
+                    let mut any = false;
+                    for &t in g.inputs(c) {
+                        let Some(src) = self.clone_src(g, s, plan, r, t) else {
+                            continue;
+                        };
+                        any = true;
+                        if clones {
+                            let Src::Clone(ci, _) = src else { continue };
+                            self.add_cand(c, t, src, self.clone_item[ci as usize]);
+                        } else {
+                            self.check_before(g, trig, trig, c, what)?;
+                            self.redirect_read(g, c, t, src)?;
+                        }
+                    }
+                    if !any {
+                        return Err(what.err(
+                            g,
+                            format!(
+                                "node '{}' reads no output of the cloned nodes",
+                                g.nodes[c as usize].name
+                            ),
+                        ));
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn resolve_clones(&mut self, g: &Graph, s: &Schedule, plan: &Plan) -> Result<()> {
+        for (r, rc) in plan.recomputes.iter().enumerate() {
+            for (i, &v) in rc.nodes.iter().enumerate() {
+                let item = self.clone_item[self.rc_base[r] as usize + i];
+                for &t in g.inputs(v) {
+                    let src = self.clone_input(g, s, plan, (r, i), t, item)?;
+                    self.clone_in.push(src);
+                }
+                self.clone_in_off.push(self.clone_in.len() as u32);
+            }
+        }
+        Ok(())
+    }
+
+    /// Source of input `t` of the clone of `plan.recomputes[r].nodes[i]`,
+    /// which runs at stream item `item`.
+    fn clone_input(
+        &mut self,
+        g: &Graph,
+        s: &Schedule,
+        plan: &Plan,
+        (r, i): (usize, usize),
+        t: u32,
+        item: u32,
+    ) -> Result<Src> {
+        let v = plan.recomputes[r].nodes[i];
+        if let Some(src) = self.clone_src(g, s, plan, r, t) {
+            return Ok(src);
+        }
+        let what = || {
+            format!(
+                "recompute {r}: the clone of '{}' reads '{}'",
+                g.nodes[v as usize].name,
+                g.tensor_name(t)
+            )
+        };
+        if let Some(list) = self.cands.get_mut(&(v, t)) {
+            let best = list.iter_mut().filter(|c| c.avail < item).fold(
+                None::<&mut Cand>,
+                |b, c| match b {
+                    Some(b) if b.avail >= c.avail => Some(b),
+                    _ => Some(c),
+                },
+            );
+            let Some(best) = best else {
+                return Err(invalid(format!(
+                    "{}, listed as a clone consumer, but no listed source is ready before the clone runs",
+                    what()
+                )));
+            };
+            best.used = true;
+            return Ok(best.src);
+        }
+        let prod = g.tensors[t as usize].node;
+        if self.node_item[prod as usize] >= item {
+            return Err(invalid(format!(
+                "{}, which is made after the clone runs: move the trigger later",
+                what()
+            )));
+        }
+        Ok(Src::Orig(t))
+    }
+
+    /// Every listed clone consumer must be read by some clone.
+    fn check_unused(&self, g: &Graph) -> Result<()> {
+        let unused = self
+            .cands
+            .iter()
+            .filter(|(_, l)| l.iter().any(|c| !c.used))
+            .map(|(k, _)| *k)
+            .min();
+        match unused {
+            None => Ok(()),
+            Some((c, t)) => Err(invalid(format!(
+                "node '{}' is listed as a clone consumer of '{}', but no clone of it reads that source (is it cloned after the source is ready?)",
+                g.nodes[c as usize].name,
+                g.tensor_name(t)
+            ))),
+        }
+    }
+}
+
+fn check_tensors(g: &Graph, plan: &Plan) -> Result<()> {
+    let mut swapped: FxHashMap<u32, usize> = FxHashMap::default();
+    for (k, sw) in plan.swaps.iter().enumerate() {
+        let t = sw.tensor;
+        if t as usize >= g.num_tensors() {
+            return Err(invalid(format!(
+                "swap {k}: tensor id {t} is out of range (the graph has {} tensors)",
+                g.num_tensors()
+            )));
+        }
+        if g.tensors[t as usize].value_bytes == 0 {
+            return Err(invalid(format!(
+                "swap {k}: tensor '{}' has no device bytes to swap",
+                g.tensor_name(t)
+            )));
+        }
+        if let Some(j) = swapped.insert(t, k) {
+            return Err(invalid(format!(
+                "tensor '{}' is swapped twice (swaps {j} and {k}): give it one swap with several swap-ins",
+                g.tensor_name(t)
+            )));
+        }
+    }
+    Ok(())
+}

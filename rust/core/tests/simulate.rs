@@ -1,0 +1,491 @@
+//! The simulator on tiny graphs whose answers are worked out by hand, the
+//! empty-plan peak against liveness, and plan validation.
+
+use hybridplan_core::build::{build, BuildOptions, NodeSpec, OutSpec};
+use hybridplan_core::device::{preset, DeviceModel};
+use hybridplan_core::dtype::DType;
+use hybridplan_core::graph::{Graph, Phase};
+use hybridplan_core::graphdef::Shape;
+use hybridplan_core::plan::{Plan, Recompute, Swap, SwapIn};
+use hybridplan_core::simulate::{simulate, simulate_with, EventKind, SimOptions, SimResult};
+use hybridplan_core::{analyze, analyze_graph, cost, synth, Analysis, PlanError};
+
+const SMALL_CNN: &[u8] = include_bytes!("fixtures/small_cnn.pb");
+
+/// A graph of float32 vectors: (name, op, inputs, bytes of its one output).
+fn graph(nodes: &[(&str, &str, &[&str], i64)]) -> Analysis {
+    let specs: Vec<NodeSpec<'_>> = nodes
+        .iter()
+        .map(|&(name, op, inputs, bytes)| NodeSpec {
+            name,
+            op,
+            device: "",
+            inputs: inputs.to_vec(),
+            outputs: vec![OutSpec {
+                dtype: Some(DType::FLOAT),
+                shape: Shape(Some(vec![bytes / 4])),
+            }],
+            calls_function: false,
+        })
+        .collect();
+    let opts = BuildOptions {
+        loss: Some(nodes[nodes.len() - 1].0.into()),
+        persistent_bytes: Some(0),
+    };
+    analyze_graph(build(&specs, &opts).unwrap()).unwrap()
+}
+
+/// A link of `bw` bytes/s each way, no latency, the given duplex factor.
+fn link(bw: f64, duplex: f64) -> DeviceModel {
+    DeviceModel {
+        h2d_bandwidth: bw,
+        d2h_bandwidth: bw,
+        link_latency_s: 0.0,
+        duplex_factor: duplex,
+        ..preset("cpu").unwrap()
+    }
+}
+
+fn id(a: &Analysis, name: &str) -> u32 {
+    a.graph.nodes.iter().position(|n| &*n.name == name).unwrap() as u32
+}
+
+fn out(a: &Analysis, name: &str) -> u32 {
+    a.graph.outputs(id(a, name)).start
+}
+
+fn run(a: &Analysis, costs: &[f64], dev: &DeviceModel, plan: &Plan) -> SimResult {
+    simulate(&a.graph, &a.schedule, costs, dev, plan).unwrap()
+}
+
+fn swap(a: &Analysis, t: &str, after: &str, trigger: &str, cons: &[&str]) -> Swap {
+    Swap {
+        tensor: out(a, t),
+        after: id(a, after),
+        ins: vec![SwapIn {
+            trigger: id(a, trigger),
+            consumers: cons.iter().map(|c| id(a, c)).collect(),
+            clone_consumers: vec![],
+        }],
+    }
+}
+
+/// x -> a -> b -> c -> d -> e(d, a): `a` is read early by b and late by e.
+fn chain(c_bytes: i64) -> Analysis {
+    graph(&[
+        ("x", "Placeholder", &[], 4),
+        ("a", "Relu", &["x"], 400),
+        ("b", "Relu", &["a"], 40),
+        ("c", "Relu", &["b"], c_bytes),
+        ("d", "Relu", &["c"], 40),
+        ("e", "AddV2", &["d", "a"], 400),
+    ])
+}
+
+const UNIT: [f64; 6] = [0.0, 1.0, 1.0, 1.0, 1.0, 1.0];
+
+fn events(r: &SimResult, kind: EventKind) -> Vec<(f64, f64)> {
+    let ev = r.events.iter().filter(|e| e.kind == kind);
+    ev.map(|e| (e.start_s, e.end_s)).collect()
+}
+
+#[test]
+fn a_transfer_hidden_behind_compute_costs_nothing() {
+    let a = chain(40);
+    let dev = link(400.0, 1.0); // 400 bytes: 1 s each way
+    let plan = Plan {
+        swaps: vec![swap(&a, "a", "b", "c", &["e"])],
+        recomputes: vec![],
+    };
+    let r = run(&a, &UNIT, &dev, &plan);
+    // out [2, 3] after b, in [3, 4] after c, e needs it at 4.
+    assert_eq!(events(&r, EventKind::SwapOut), vec![(2.0, 3.0)]);
+    assert_eq!(events(&r, EventKind::SwapIn), vec![(3.0, 4.0)]);
+    assert_eq!(r.stall_time_s, 0.0);
+    assert_eq!(r.step_time_s, 5.0);
+    assert_eq!(r.compute_time_s, 5.0);
+    assert_eq!((r.bytes_d2h, r.bytes_h2d), (400, 400));
+}
+
+#[test]
+fn a_transfer_not_hidden_shows_as_stall_of_the_exact_amount() {
+    let a = chain(40);
+    let plan = Plan {
+        swaps: vec![swap(&a, "a", "b", "d", &["e"])],
+        recomputes: vec![],
+    };
+    // Swap-in [4, 5] after d: e waits 1 s.
+    let r = run(&a, &UNIT, &link(400.0, 1.0), &plan);
+    assert_eq!(r.stall_time_s, 1.0);
+    assert_eq!(r.step_time_s, 6.0);
+    // A slower link: out [2, 4.5], so the in waits for it: [4.5, 7]; e
+    // waits from 4 to 7.
+    let r = run(&a, &UNIT, &link(160.0, 1.0), &plan);
+    assert_eq!(events(&r, EventKind::SwapIn), vec![(4.5, 7.0)]);
+    assert_eq!(r.stall_time_s, 3.0);
+    assert_eq!(r.step_time_s, 8.0);
+    // Latency adds to every copy.
+    let dev = DeviceModel {
+        link_latency_s: 0.25,
+        ..link(400.0, 1.0)
+    };
+    let r = run(&a, &UNIT, &dev, &plan);
+    assert_eq!(events(&r, EventKind::SwapIn), vec![(4.0, 5.25)]);
+    assert_eq!(r.stall_time_s, 1.25);
+}
+
+/// x -> a -> b -> c -> d -> e -> f(e, a) -> h(f, c).
+fn two_swaps() -> (Analysis, Plan) {
+    let a = graph(&[
+        ("x", "Placeholder", &[], 4),
+        ("a", "Relu", &["x"], 400),
+        ("b", "Relu", &["a"], 40),
+        ("c", "Relu", &["b"], 400),
+        ("d", "Relu", &["c"], 40),
+        ("e", "Relu", &["d"], 40),
+        ("f", "AddV2", &["e", "a"], 400),
+        ("h", "AddV2", &["f", "c"], 400),
+    ]);
+    let plan = Plan {
+        swaps: vec![
+            swap(&a, "a", "b", "c", &["f"]),
+            swap(&a, "c", "c", "e", &["h"]),
+        ],
+        recomputes: vec![],
+    };
+    (a, plan)
+}
+
+#[test]
+fn both_directions_at_once_are_slower_than_one() {
+    let (a, plan) = two_swaps();
+    let costs = [0.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0];
+    // Full duplex: a's swap-in and c's swap-out both run [3, 4].
+    let r = run(&a, &costs, &link(400.0, 1.0), &plan);
+    assert_eq!(events(&r, EventKind::SwapIn)[0], (3.0, 4.0));
+    assert_eq!(events(&r, EventKind::SwapOut)[1], (3.0, 4.0));
+    // Half duplex: each keeps half its bandwidth while both move: [3, 5].
+    let r = run(&a, &costs, &link(400.0, 0.5), &plan);
+    assert_eq!(events(&r, EventKind::SwapIn)[0], (3.0, 5.0));
+    assert_eq!(events(&r, EventKind::SwapOut)[1], (3.0, 5.0));
+    assert_eq!(r.stall_time_s, 0.0);
+    // c's swap-in waits for its swap-out: [5, 6]; h at 7 does not stall.
+    assert_eq!(events(&r, EventKind::SwapIn)[1], (5.0, 6.0));
+}
+
+fn bytes_at(r: &SimResult, t: f64) -> u64 {
+    r.timeline
+        .iter()
+        .take_while(|p| p.0 <= t)
+        .last()
+        .map_or(0, |p| p.1)
+}
+
+#[test]
+fn memory_returns_only_after_the_swap_out_finishes() {
+    let a = chain(40);
+    // Out after a: [1, 3.5] at 160 B/s; the last original reader b ends at 2.
+    let plan = Plan {
+        swaps: vec![swap(&a, "a", "a", "d", &["e"])],
+        recomputes: vec![],
+    };
+    let r = run(&a, &UNIT, &link(160.0, 1.0), &plan);
+    assert_eq!(events(&r, EventKind::SwapOut), vec![(1.0, 3.5)]);
+    // During c ([2, 3]): a (400), b (40), c (40) all held.
+    assert_eq!(bytes_at(&r, 2.5), 480);
+    // After the copy ends at 3.5: a is returned.
+    assert_eq!(bytes_at(&r, 3.6), 80);
+    assert!(r.timeline.contains(&(3.5, 80)));
+    // A fast link returns it when b ends.
+    let r = run(&a, &UNIT, &link(4000.0, 1.0), &plan);
+    assert_eq!(bytes_at(&r, 2.5), 80);
+}
+
+#[test]
+fn a_swap_lowers_the_peak_by_the_swapped_bytes_in_a_chain() {
+    let a = chain(4000);
+    let none = run(&a, &UNIT, &link(1e9, 1.0), &Plan::default());
+    assert_eq!(none.peak_bytes, 400 + 40 + 4000);
+    // Out right after a (done long before b ends), in after d.
+    let plan = Plan {
+        swaps: vec![swap(&a, "a", "a", "d", &["e"])],
+        recomputes: vec![],
+    };
+    let r = run(&a, &UNIT, &link(1e9, 1.0), &plan);
+    assert_eq!(r.peak_bytes, none.peak_bytes - 400);
+}
+
+#[test]
+fn a_recompute_lowers_the_peak_and_adds_the_clones_time() {
+    let a = chain(4000);
+    let costs = [0.0, 0.75, 1.0, 1.0, 1.0, 1.0];
+    let none = run(&a, &costs, &link(1e9, 1.0), &Plan::default());
+    let plan = Plan {
+        swaps: vec![],
+        recomputes: vec![Recompute {
+            nodes: vec![id(&a, "a")],
+            trigger: id(&a, "d"),
+            consumers: vec![id(&a, "e")],
+            clone_consumers: vec![],
+        }],
+    };
+    let r = run(&a, &costs, &link(1e9, 1.0), &plan);
+    assert_eq!(r.recompute_time_s, 0.75);
+    assert_eq!(r.compute_time_s, none.compute_time_s);
+    assert_eq!(r.step_time_s, none.step_time_s + 0.75);
+    assert_eq!(r.stall_time_s, 0.0);
+    // x (4 bytes) now lives until the clone; a (400) is gone during c.
+    assert_eq!(r.peak_bytes, none.peak_bytes - 400 + 4);
+    let clones = events(&r, EventKind::Clone);
+    assert_eq!(clones, vec![(3.75, 4.5)]);
+    assert_eq!((r.bytes_d2h, r.bytes_h2d), (0, 0));
+}
+
+#[test]
+fn a_clone_reads_a_swap_in_and_waits_for_it() {
+    // x -> a -> b -> c -> d -> e(d, b): b is recomputed from a swapped-in a.
+    let a = graph(&[
+        ("x", "Placeholder", &[], 4),
+        ("a", "Relu", &["x"], 400),
+        ("b", "Relu", &["a"], 40),
+        ("c", "Relu", &["b"], 40),
+        ("d", "Relu", &["c"], 40),
+        ("e", "AddV2", &["d", "b"], 40),
+    ]);
+    let mut sw = swap(&a, "a", "b", "b", &[]);
+    sw.ins[0].clone_consumers = vec![id(&a, "b")];
+    let plan = Plan {
+        swaps: vec![sw],
+        recomputes: vec![Recompute {
+            nodes: vec![id(&a, "b")],
+            trigger: id(&a, "c"),
+            consumers: vec![id(&a, "e")],
+            clone_consumers: vec![],
+        }],
+    };
+    let r = run(&a, &UNIT, &link(400.0, 1.0), &plan);
+    // out [2, 3], in [3, 4]; the clone after c (ends 3) waits until 4.
+    assert_eq!(events(&r, EventKind::SwapIn), vec![(3.0, 4.0)]);
+    assert_eq!(events(&r, EventKind::Clone), vec![(4.0, 5.0)]);
+    assert_eq!(r.stall_time_s, 1.0);
+    assert_eq!(r.step_time_s, 7.0);
+}
+
+fn check_empty_plan_peak(a: &Analysis) {
+    let dev = preset("v100-nvlink2").unwrap();
+    let costs = cost::op_costs(&a.graph, &dev);
+    let r = run(a, &costs.time_s, &dev, &Plan::default());
+    assert_eq!(r.peak_bytes, a.liveness.peak_bytes);
+    assert_eq!(r.stall_time_s, 0.0);
+    let total: f64 = costs.time_s.iter().sum();
+    assert!((r.step_time_s - total).abs() <= 1e-9 * total.max(1.0));
+    assert_eq!(
+        r.timeline.last().map(|p| p.1),
+        Some(a.graph.persistent_bytes)
+    );
+    // Zero-time ops too: the peak is per op, not per instant.
+    let zero = vec![0.0; a.graph.num_nodes()];
+    let r = run(a, &zero, &dev, &Plan::default());
+    assert_eq!(r.peak_bytes, a.liveness.peak_bytes);
+}
+
+#[test]
+fn empty_plan_peak_equals_liveness() {
+    check_empty_plan_peak(&analyze(SMALL_CNN, &BuildOptions::default()).unwrap());
+    for kind in [
+        synth::SynthKind::Residual,
+        synth::SynthKind::Transformer,
+        synth::SynthKind::Mixed,
+    ] {
+        let spec = synth::SynthSpec {
+            kind,
+            blocks: 3,
+            ..Default::default()
+        };
+        check_empty_plan_peak(&analyze(&synth::graphdef(&spec), &BuildOptions::default()).unwrap());
+    }
+    // Aliases (Identity, Reshape) extend their owner's life.
+    check_empty_plan_peak(&graph(&[
+        ("x", "Placeholder", &[], 8),
+        ("a", "Relu", &["x"], 400),
+        ("i", "Identity", &["a"], 400),
+        ("b", "Relu", &["x"], 40),
+        ("r", "Reshape", &["i", "b"], 400),
+        ("c", "Relu", &["b"], 4000),
+        ("e", "AddV2", &["c", "r"], 40),
+    ]));
+}
+
+/// Swaps every 20th and recomputes every 20th (+10) forward tensor read in
+/// the backward pass, as a planner might.
+fn generated_plan(a: &Analysis) -> Plan {
+    let (g, s) = (&a.graph, &a.schedule);
+    let mut plan = Plan::default();
+    let mut k = 0usize;
+    for t in 0..g.num_tensors() as u32 {
+        let p = g.tensors[t as usize].node;
+        if g.phase[p as usize] != Phase::Forward || g.tensors[t as usize].value_bytes == 0 {
+            continue;
+        }
+        let Some((after, trigger, late)) = late_reads(g, s, t) else {
+            continue;
+        };
+        k += 1;
+        let no_rc = g.nodes[p as usize]
+            .flags
+            .has(hybridplan_core::graph::NodeFlags::NO_RECOMPUTE);
+        if k % 20 == 0 {
+            plan.swaps.push(Swap {
+                tensor: t,
+                after,
+                ins: vec![SwapIn {
+                    trigger,
+                    consumers: late,
+                    clone_consumers: vec![],
+                }],
+            });
+        } else if k % 20 == 10 && !no_rc && g.outputs(p).len() == 1 {
+            plan.recomputes.push(Recompute {
+                nodes: vec![p],
+                trigger,
+                consumers: late,
+                clone_consumers: vec![],
+            });
+        }
+    }
+    plan
+}
+
+/// (after, trigger, backward consumers) when every forward reader of `t`
+/// runs before its first backward reader.
+fn late_reads(
+    g: &Graph,
+    s: &hybridplan_core::schedule::Schedule,
+    t: u32,
+) -> Option<(u32, u32, Vec<u32>)> {
+    let pos = |v: u32| s.pos[v as usize];
+    let mut after = g.tensors[t as usize].node;
+    let mut first_late = u32::MAX;
+    let mut late = Vec::new();
+    for &c in g.consumers(t) {
+        if g.phase[c as usize] == Phase::Backward {
+            first_late = first_late.min(pos(c));
+            late.push(c);
+        } else if pos(c) > pos(after) {
+            after = c;
+        }
+    }
+    late.dedup();
+    if late.is_empty() || pos(after) + 1 >= first_late {
+        return None;
+    }
+    Some((after, s.order[first_late as usize - 1], late))
+}
+
+#[test]
+fn a_generated_plan_on_synthetic_graphs_is_valid_deterministic_and_smaller() {
+    let dev = preset("a100-pcie4").unwrap();
+    for kind in [synth::SynthKind::Residual, synth::SynthKind::Transformer] {
+        let spec = synth::SynthSpec {
+            kind,
+            blocks: 4,
+            ..Default::default()
+        };
+        let a = analyze(&synth::graphdef(&spec), &BuildOptions::default()).unwrap();
+        let plan = generated_plan(&a);
+        assert!(!plan.swaps.is_empty() && !plan.recomputes.is_empty());
+        let costs = cost::op_costs(&a.graph, &dev).time_s;
+        let r = run(&a, &costs, &dev, &plan);
+        assert_eq!(r, run(&a, &costs, &dev, &plan));
+        let none = run(&a, &costs, &dev, &Plan::default());
+        assert!(r.recompute_time_s > 0.0 && r.bytes_h2d > 0);
+        assert!(r.step_time_s >= none.step_time_s);
+        let few = SimOptions { max_events: 10 };
+        let r = simulate_with(&a.graph, &a.schedule, &costs, &dev, &plan, &few).unwrap();
+        assert!(r.events.len() == 10 && r.events_truncated);
+    }
+}
+
+fn rejects(a: &Analysis, plan: &Plan, needle: &str) {
+    let e = simulate(&a.graph, &a.schedule, &UNIT, &link(400.0, 1.0), plan).unwrap_err();
+    assert!(matches!(e, PlanError::InvalidArgument(_)), "{e}");
+    assert!(e.to_string().contains(needle), "{e} lacks {needle}");
+}
+
+#[test]
+fn invalid_plans_are_rejected() {
+    let a = chain(40);
+    let ok = swap(&a, "a", "b", "c", &["e"]);
+    let with = |f: &dyn Fn(&mut Swap)| {
+        let mut s = ok.clone();
+        f(&mut s);
+        Plan {
+            swaps: vec![s],
+            recomputes: vec![],
+        }
+    };
+    rejects(&a, &with(&|s| s.tensor = 99), "out of range");
+    rejects(&a, &with(&|s| s.ins[0].trigger = 99), "out of range");
+    rejects(
+        &a,
+        &with(&|s| s.ins[0].consumers = vec![id(&a, "d")]),
+        "does not read",
+    );
+    rejects(
+        &a,
+        &with(&|s| s.ins[0].trigger = id(&a, "e")),
+        "trigger does not run before",
+    );
+    rejects(
+        &a,
+        &with(&|s| s.after = id(&a, "e")),
+        "swap-out cannot start",
+    );
+    rejects(&a, &with(&|s| s.ins[0].consumers.clear()), "no consumers");
+    let twice = Plan {
+        swaps: vec![ok.clone(), ok.clone()],
+        recomputes: vec![],
+    };
+    rejects(&a, &twice, "swapped twice");
+    let rc = |nodes: &[&str], trigger: &str, cons: &[&str]| Recompute {
+        nodes: nodes.iter().map(|n| id(&a, n)).collect(),
+        trigger: id(&a, trigger),
+        consumers: cons.iter().map(|n| id(&a, n)).collect(),
+        clone_consumers: vec![],
+    };
+    let plan = |r: Recompute| Plan {
+        swaps: vec![],
+        recomputes: vec![r],
+    };
+    rejects(&a, &plan(rc(&["x"], "d", &["a"])), "must not be cloned");
+    rejects(
+        &a,
+        &plan(rc(&["b"], "x", &["c"])),
+        "made after the clone runs",
+    );
+    rejects(&a, &plan(rc(&["b"], "d", &["e"])), "reads no output");
+    rejects(&a, &plan(rc(&["c", "b"], "d", &["e"])), "schedule order");
+    // e reads a from a swap-in and from a clone at once.
+    let both = Plan {
+        swaps: vec![ok.clone()],
+        recomputes: vec![rc(&["a"], "d", &["e"])],
+    };
+    rejects(&a, &both, "two places");
+    // A clone consumer that no clone reads.
+    let mut s = ok.clone();
+    s.ins[0].clone_consumers = vec![id(&a, "b")];
+    let unused = Plan {
+        swaps: vec![s],
+        recomputes: vec![],
+    };
+    rejects(&a, &unused, "clone consumer");
+    // Costs that do not fit the graph.
+    let e = simulate(
+        &a.graph,
+        &a.schedule,
+        &[1.0],
+        &link(1.0, 1.0),
+        &Plan::default(),
+    );
+    assert!(e.unwrap_err().to_string().contains("op costs"));
+}

@@ -1,0 +1,158 @@
+"""hybridplan.runner: a traced (or rewritten) GraphDef runs as the original step, bit for bit."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+import tensorflow as tf
+from tensorflow.core.framework import graph_pb2
+
+from hybridplan.errors import HybridplanError, InvalidArgumentError, InvalidGraphError
+from hybridplan.models import build
+from hybridplan.runner import StepFn, compile_step, setup_cpu_emulation
+
+STEPS = 3
+
+
+@pytest.fixture(scope="module", autouse=True)
+def op_determinism():
+    from tensorflow.python.framework import config
+
+    was = config.is_op_determinism_enabled()
+    tf.config.experimental.enable_op_determinism()
+    yield
+    if not was:
+        config.disable_op_determinism()
+
+
+def _state(w):
+    return [*w.model.get_weights(), *(v.numpy() for v in w.optimizer.variables)]
+
+
+def _restore(w, state):
+    n = len(w.model.get_weights())
+    w.model.set_weights(state[:n])
+    for var, value in zip(w.optimizer.variables, state[n:], strict=True):
+        var.assign(value)
+
+
+def _train(w, step):
+    losses = [np.asarray(step(*w.batch(seed))) for seed in range(STEPS)]
+    return losses, _state(w)
+
+
+def _assert_same_training(w, run_a, run_b):
+    """Run A then B from the same initial state; losses and every variable bit-identical."""
+    start = _state(w)
+    losses_a, state_a = _train(w, run_a)
+    _restore(w, start)
+    losses_b, state_b = _train(w, run_b)
+    assert [loss.tobytes() for loss in losses_a] == [loss.tobytes() for loss in losses_b]
+    assert len(state_a) == len(state_b) == len(start)
+    for a, b in zip(state_a, state_b, strict=True):
+        assert a.tobytes() == b.tobytes()
+    moved = [not np.array_equal(s, a) for s, a in zip(start, state_a, strict=True)]
+    assert sum(moved) >= len(w.model.trainable_variables), "the steps must update the weights"
+
+
+@pytest.mark.parametrize(
+    ("name", "kwargs"),
+    [
+        ("small_cnn", {"optimizer": "sgd"}),
+        ("small_cnn", {"optimizer": "adam"}),
+        ("transformer", {"seq": 8, "d_model": 16, "heads": 2, "layers": 1, "vocab": 30}),
+    ],
+)
+def test_unchanged_graph_is_bit_identical_to_tf_function(name, kwargs):
+    w = build(name, **kwargs)
+    traced = w.trace()
+    before = traced.graph_def.SerializeToString()
+    step = compile_step(traced)
+    assert isinstance(step, StepFn)
+    _assert_same_training(w, traced.concrete_function, step)
+    assert traced.graph_def.SerializeToString() == before, "compile_step mutated the GraphDef"
+
+
+def _with_identity_after_first(gd: graph_pb2.GraphDef, op: str) -> graph_pb2.GraphDef:
+    """A rewritten copy: an Identity between the first `op` node and all its consumers."""
+    out = graph_pb2.GraphDef()
+    out.CopyFrom(gd)
+    src = next(n for n in out.node if n.op == op)
+    new = out.node.add()
+    new.name, new.op = f"{src.name}_hp_copy", "Identity"
+    new.input.append(src.name)
+    new.attr["T"].CopyFrom(src.attr["T"])
+    new.attr["_output_shapes"].CopyFrom(src.attr["_output_shapes"])
+    for n in out.node:
+        if n is not new:
+            n.input[:] = [new.name if i in (src.name, f"{src.name}:0") else i for i in n.input]
+    return out
+
+
+def test_rewritten_graph_runs_on_the_real_variables():
+    w = build("small_cnn", size=8)
+    traced = w.trace()
+    rewritten = _with_identity_after_first(traced.graph_def, "Relu")
+    assert len(rewritten.node) == traced.num_nodes + 1
+    step = compile_step(traced, rewritten)
+    assert step.graph_def is rewritten
+    _assert_same_training(w, compile_step(traced), step)
+    ops = step.function.graph.get_operations()
+    assert step.node_name(rewritten.node[-1].name) in {o.name for o in ops}
+
+
+def test_run_returns_every_output_and_checks_arguments():
+    w = build("small_cnn", size=8)
+    traced = w.trace()
+    step = compile_step(traced, name="")
+    x, y = w.batch(0)
+    outs = step.run(x, y)
+    assert len(outs) == len(traced.outputs) and outs[traced.loss_index].shape == ()
+    with pytest.raises(InvalidArgumentError, match="takes 2 tensor argument"):
+        step(x)
+    with pytest.raises(InvalidArgumentError, match="shape"):
+        step(x[:1], y[:1])
+
+
+def test_missing_names_are_invalid_graph_errors():
+    w = build("small_cnn", size=8)
+    traced = w.trace()
+    out_node = traced.loss.split(":")[0]
+    for drop in (traced.inputs[0], out_node):
+        gd = graph_pb2.GraphDef()
+        gd.CopyFrom(traced.graph_def)
+        del gd.node[[n.name for n in gd.node].index(drop)]
+        with pytest.raises(InvalidGraphError, match=drop):
+            compile_step(traced, gd)
+
+
+def test_setup_cpu_emulation_too_late_or_bad_count():
+    tf.constant(1.0) + 1.0  # the runtime is initialised by now
+    current = len(tf.config.list_logical_devices("CPU"))
+    assert setup_cpu_emulation(current) == [d.name for d in tf.config.list_logical_devices("CPU")]
+    with pytest.raises(HybridplanError, match="already initialised"):
+        setup_cpu_emulation(current + 3)
+    with pytest.raises(InvalidArgumentError):
+        setup_cpu_emulation(0)
+
+
+def test_setup_cpu_emulation_in_a_fresh_process():
+    code = textwrap.dedent(
+        """
+        from hybridplan.runner import setup_cpu_emulation
+        names = setup_cpu_emulation(2)
+        assert setup_cpu_emulation(2) == names
+        print(",".join(names))
+        """
+    )
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip().splitlines()[-1] == "/device:CPU:0,/device:CPU:1"
