@@ -15,9 +15,9 @@ from tensorflow.core.framework import step_stats_pb2
 
 import hybridplan
 from hybridplan.errors import InvalidArgumentError
-from hybridplan.measure import Measurement, device_key, measure, replay_step_stats
-from hybridplan.rewrite import rewrite_with_summary
-from hybridplan.trace import trace_keras
+from hybridplan.measuring import Measurement, device_key, measure, replay_step_stats
+from hybridplan.rewriting import rewrite_with_summary
+from hybridplan.tracing import trace_keras
 from test_rewrite import Structure, swap_plan
 
 BATCH, WIDTH, LAYERS = 2048, 256, 6  # each activation 2 MiB, weights 256 KiB

@@ -18,9 +18,9 @@ from tensorflow.core.framework import graph_pb2, types_pb2
 from graphs import chain
 from hybridplan.errors import InvalidArgumentError, UnsupportedGraphError
 from hybridplan.models import small_cnn
-from hybridplan.rewrite import DO_NOT_REMOVE, rewrite, rewrite_with_summary
+from hybridplan.rewriting import DO_NOT_REMOVE, rewrite, rewrite_with_summary
 from hybridplan.runner import compile_step
-from hybridplan.verify import NodesRemovedError, verify, verify_run_metadata
+from hybridplan.verification import NodesRemovedError, verify, verify_run_metadata
 
 STEPS = 3
 

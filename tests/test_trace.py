@@ -14,7 +14,7 @@ from hybridplan.errors import (
     ShapeError,
     UnsupportedGraphError,
 )
-from hybridplan.trace import Traced, trace, trace_keras
+from hybridplan.tracing import Traced, trace, trace_keras
 
 X_SPEC = tf.TensorSpec([2, 8, 8, 3], tf.float32)
 Y_SPEC = tf.TensorSpec([2], tf.int32)

@@ -57,18 +57,18 @@ __version__ = "0.1.0"
 
 # Attributes that need TensorFlow, imported on first use.
 _LAZY = {
-    "trace": "trace",
-    "trace_keras": "trace",
-    "Traced": "trace",
-    "apply": "apply",
-    "function": "apply",
-    "keras_step": "apply",
-    "PlannedStep": "apply",
-    "Result": "apply",
-    "rewrite": "rewrite",
+    "trace": "tracing",
+    "trace_keras": "tracing",
+    "Traced": "tracing",
+    "apply": "applying",
+    "function": "applying",
+    "keras_step": "applying",
+    "PlannedStep": "applying",
+    "Result": "applying",
+    "rewrite": "rewriting",
     "compile_step": "runner",
-    "verify": "verify",
-    "measure": "measure",
+    "verify": "verification",
+    "measure": "measuring",
 }
 
 

@@ -18,7 +18,7 @@ def graph_bytes(graph: GraphLike) -> tuple[bytes, str | None]:
 
     Accepts a ``GraphDef`` (anything with ``SerializeToString``), ``bytes``,
     a path to a binary ``.pb`` or a text ``.pbtxt`` file, or a
-    :class:`hybridplan.trace.Traced`.
+    :class:`hybridplan.tracing.Traced`.
     """
     loss = None
     if hasattr(graph, "graph_def"):

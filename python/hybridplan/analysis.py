@@ -100,7 +100,7 @@ def analyze(
 
     Args:
         graph: a ``GraphDef``, its serialized bytes, a path to a ``.pb`` or
-            ``.pbtxt`` file, or a :class:`~hybridplan.trace.Traced` step.
+            ``.pbtxt`` file, or a :class:`~hybridplan.tracing.Traced` step.
         loss: the loss tensor (``"node:0"``); inferred when omitted.
         persistent_bytes: bytes of variables and optimizer slots; read from
             the graph when omitted.

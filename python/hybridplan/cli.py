@@ -90,6 +90,9 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    import os
+
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # keep TensorFlow's start-up chatter out
     args = _parser().parse_args(argv)
     try:
         return int(_COMMANDS[args.command](args) or 0)
@@ -143,7 +146,7 @@ def _cmd_plan(args: argparse.Namespace) -> int:
 
         from ._files import atomic_write
         from ._graphio import graph_bytes
-        from .rewrite import rewrite
+        from .rewriting import rewrite
 
         gd = graph_pb2.GraphDef.FromString(graph_bytes(args.graph)[0])
         new = rewrite(gd, p.rewrite_spec(), target=args.target)

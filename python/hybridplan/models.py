@@ -35,7 +35,7 @@ import numpy as np
 import tensorflow as tf
 
 from hybridplan.errors import InvalidArgumentError
-from hybridplan.trace import Traced, trace_keras
+from hybridplan.tracing import Traced, trace_keras
 
 __all__ = [
     "WORKLOADS",
@@ -93,7 +93,7 @@ class Workload:
         return x, y
 
     def trace(self) -> Traced:
-        """Trace the standard training step (see :func:`hybridplan.trace.trace_keras`)."""
+        """Trace the standard training step (see :func:`hybridplan.tracing.trace_keras`)."""
         return trace_keras(self.model, self.optimizer, self.loss_fn, self.x_spec, self.y_spec)
 
 

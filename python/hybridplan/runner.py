@@ -23,7 +23,7 @@ from typing import Any
 import tensorflow as tf
 
 from hybridplan.errors import HybridplanError, InvalidArgumentError, InvalidGraphError
-from hybridplan.trace import Traced
+from hybridplan.tracing import Traced
 
 __all__ = ["StepFn", "compile_step", "setup_cpu_emulation"]
 
@@ -32,7 +32,7 @@ class StepFn:
     """A compiled training step: ``step(*args)`` runs it once and returns the loss.
 
     Attributes:
-        traced: the :class:`~hybridplan.trace.Traced` step it was built from.
+        traced: the :class:`~hybridplan.tracing.Traced` step it was built from.
         graph_def: the GraphDef it runs (never mutated: a copy is imported).
         function: the ``tf.compat.v1.wrap_function`` object; calling it returns every
             output of the step, in the order of ``traced.outputs``.

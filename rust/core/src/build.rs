@@ -49,7 +49,9 @@ pub struct BuildOptions {
 /// # Complexity
 /// O(N + inputs).
 pub fn specs_from_raw<'a>(raw: &RawGraph<'a>) -> Result<Vec<NodeSpec<'a>>> {
-    let referenced = max_referenced_outputs(raw)?;
+    let index = raw_index(raw);
+    let referenced = max_referenced_outputs(raw, &index)?;
+    let functions: rustc_hash::FxHashSet<&str> = raw.functions.iter().copied().collect();
     let mut specs = Vec::with_capacity(raw.nodes.len());
     for (i, n) in raw.nodes.iter().enumerate() {
         let shapes: Vec<Shape> = match n.attr("_output_shapes") {
@@ -67,7 +69,7 @@ pub fn specs_from_raw<'a>(raw: &RawGraph<'a>) -> Result<Vec<NodeSpec<'a>>> {
             })
             .collect();
         let calls_function =
-            n.calls_function() || opkind::is_control_flow(n.op) || raw.functions.contains(&n.op);
+            n.calls_function() || opkind::is_control_flow(n.op) || functions.contains(n.op);
         specs.push(NodeSpec {
             name: n.name,
             op: n.op,
@@ -77,16 +79,48 @@ pub fn specs_from_raw<'a>(raw: &RawGraph<'a>) -> Result<Vec<NodeSpec<'a>>> {
             calls_function,
         });
     }
+    inherit_dtypes(&mut specs, &index)?;
     Ok(specs)
 }
 
-/// For every node, 1 + the largest output index any input references (0 if none).
-fn max_referenced_outputs(raw: &RawGraph<'_>) -> Result<Vec<u32>> {
+fn raw_index<'a>(raw: &RawGraph<'a>) -> FxHashMap<&'a str, usize> {
     let mut index: FxHashMap<&str, usize> = FxHashMap::default();
     index.reserve(raw.nodes.len());
     for (i, n) in raw.nodes.iter().enumerate() {
         index.insert(n.name, i);
     }
+    index
+}
+
+/// Outputs whose dtype no attribute gives take the dtype of the node's
+/// first data input (one pass in node order, which is topological for
+/// traced graphs). O(N).
+fn inherit_dtypes(specs: &mut [NodeSpec<'_>], index: &FxHashMap<&str, usize>) -> Result<()> {
+    for i in 0..specs.len() {
+        if specs[i].outputs.iter().all(|o| o.dtype.is_some()) {
+            continue;
+        }
+        let mut from = None;
+        for inp in &specs[i].inputs {
+            if let InputRef::Data(name, k) = parse_input(inp)? {
+                from = index
+                    .get(name)
+                    .and_then(|&j| specs[j].outputs.get(k as usize))
+                    .and_then(|o| o.dtype);
+                break;
+            }
+        }
+        for o in &mut specs[i].outputs {
+            if o.dtype.is_none() {
+                o.dtype = from;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// For every node, 1 + the largest output index any input references (0 if none).
+fn max_referenced_outputs(raw: &RawGraph<'_>, index: &FxHashMap<&str, usize>) -> Result<Vec<u32>> {
     let mut out = vec![0u32; raw.nodes.len()];
     for n in &raw.nodes {
         for inp in &n.inputs {
@@ -134,7 +168,7 @@ fn output_dtype(n: &RawNode<'_>, k: usize, count: usize) -> Option<DType> {
     let keys: &[&str] = if n.op == "Range" {
         &["Tidx"]
     } else {
-        &["out_type", "output_type", "DstT", "dtype", "T"]
+        &["out_type", "output_type", "DstT", "dtype", "T", "Tparams"]
     };
     keys.iter().find_map(|k| n.attr_type(k))
 }
@@ -273,10 +307,11 @@ fn make_tensor(
     let dtype = match o.dtype {
         Some(d) => d,
         None => {
-            return Err(PlanError::UnknownShape {
-                tensor: tname(),
-                what: format!("no dtype the planner can read (op {})", s.op),
-            })
+            return Err(PlanError::InvalidGraph(format!(
+                "the dtype of tensor '{}' cannot be told from op {}'s attributes or inputs",
+                tname(),
+                s.op
+            )))
         }
     };
     let shape_off = g.dims.len() as u32;

@@ -85,6 +85,7 @@ const READ_ATTRS: &[&str] = &[
     "DstT",
     "Tout",
     "Tidx",
+    "Tparams",
     "output_types",
     "out_types",
     "component_types",

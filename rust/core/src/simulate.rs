@@ -4,7 +4,7 @@
 //! # The model
 //! Three serial resources:
 //! - the **compute stream** runs the ops in schedule order; the clones of a
-//!   [`Recompute`] run right after its trigger (recomputes with the same
+//!   [`crate::plan::Recompute`] run right after its trigger (recomputes with the same
 //!   trigger in plan order), each costing its original's time. An item
 //!   starts when the previous one has finished and every input is on the
 //!   device (a swapped-in input: its copy has finished; a clone's output:
@@ -39,8 +39,8 @@
 //! # Complexity
 //! O((N + C) + E + P log P + M) time and O(N + T + C + P) memory for N
 //! nodes, C clones, E edges, P swap and recompute entries of the plan and M
-//! kept events (hash maps are keyed lookups only, never iterated, so the
-//! result is deterministic).
+//! kept events. Deterministic: hash maps serve keyed lookups (and one
+//! minimum for an error message), never an iteration order.
 
 mod link;
 mod prep;
@@ -130,6 +130,20 @@ pub struct SimResult {
 ///
 /// # Complexity
 /// See the module docs.
+///
+/// # Example
+/// ```
+/// use hybridplan_core::build::{build, BuildOptions, NodeSpec, OutSpec};
+/// use hybridplan_core::{analyze_graph, device::preset, dtype::DType, graphdef::Shape};
+/// use hybridplan_core::{plan::Plan, simulate::simulate};
+/// let out = vec![OutSpec { dtype: Some(DType::FLOAT), shape: Shape(Some(vec![256])) }];
+/// let n = |name, op, inputs| NodeSpec { name, op, device: "", inputs, outputs: out.clone(), calls_function: false };
+/// let specs = [n("x", "Placeholder", vec![]), n("a", "Relu", vec!["x"]), n("b", "Relu", vec!["a"])];
+/// let a = analyze_graph(build(&specs, &BuildOptions::default()).unwrap()).unwrap();
+/// let r = simulate(&a.graph, &a.schedule, &[0.0, 1e-3, 1e-3], &preset("cpu").unwrap(), &Plan::default()).unwrap();
+/// assert_eq!(r.step_time_s, 2e-3);
+/// assert_eq!(r.peak_bytes, a.liveness.peak_bytes);
+/// ```
 pub fn simulate(
     g: &Graph,
     s: &Schedule,
@@ -152,26 +166,11 @@ pub fn simulate_with(
     plan: &Plan,
     opts: &SimOptions,
 ) -> Result<SimResult> {
-    let t0 = std::time::Instant::now();
     check_args(g, s, costs, dev)?;
     let prep = Prep::new(g, s, plan)?;
-    let t1 = t0.elapsed();
     let mut sim = Sim::new(g, plan, &prep, costs, dev);
-    let t2 = t0.elapsed();
     sim.run()?;
-    let t3 = t0.elapsed();
-    let r = sim.result(opts);
-    let t4 = t0.elapsed();
-    if std::env::var("SIMPROF").is_ok() {
-        eprintln!(
-            "prep {:?} new {:?} run {:?} result {:?}",
-            t1,
-            t2 - t1,
-            t3 - t2,
-            t4 - t3
-        );
-    }
-    Ok(r)
+    Ok(sim.result(opts))
 }
 
 fn invalid(msg: String) -> PlanError {
@@ -203,7 +202,6 @@ fn check_args(g: &Graph, s: &Schedule, costs: &[f64], dev: &DeviceModel) -> Resu
 
 /// Buffers on the device timeline. Swap-in copies are buffers
 /// `0..n_ins`; the others follow in the order their items start.
-#[derive(Default)]
 struct Bufs {
     bytes: Vec<u64>,
     /// Stream item that allocates it (NONE: a swap-in copy).
@@ -215,6 +213,22 @@ struct Bufs {
 }
 
 impl Bufs {
+    /// Room for every buffer; the swap-in copies first, not yet read.
+    fn with_swap_ins(g: &Graph, p: &Prep) -> Bufs {
+        let cap = g.num_tensors() + p.in_tensor.len() + p.clone_buf_len();
+        let mut bufs = Bufs {
+            bytes: Vec::with_capacity(cap),
+            alloc: Vec::with_capacity(cap),
+            last: Vec::with_capacity(cap),
+            held: Vec::with_capacity(cap),
+        };
+        for &t in &p.in_tensor {
+            let b = bufs.push(g.tensors[t as usize].value_bytes, NONE);
+            bufs.last[b as usize] = NONE;
+        }
+        bufs
+    }
+
     fn push(&mut self, bytes: u64, alloc: u32) -> u32 {
         self.bytes.push(bytes);
         self.alloc.push(alloc);
@@ -266,16 +280,7 @@ impl<'a> Sim<'a> {
                 ..Xfer::default()
             })
             .collect();
-        let mut bufs = Bufs::default();
-        let cap = g.num_tensors() + n_ins + p.clone_buf_len();
-        bufs.bytes.reserve(cap);
-        bufs.alloc.reserve(cap);
-        bufs.last.reserve(cap);
-        bufs.held.reserve(cap);
-        for &t in &p.in_tensor {
-            let b = bufs.push(vb(t), NONE);
-            bufs.last[b as usize] = NONE;
-        }
+        let bufs = Bufs::with_swap_ins(g, p);
         let items = p.item_node.len();
         let link = Link::new(
             dev.d2h_bandwidth,
@@ -665,4 +670,33 @@ fn bucket(key: &[u32], n: usize) -> (Vec<u32>, Vec<u32>) {
         }
     }
     (off, list)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bucket_sorts_by_key_and_skips_none() {
+        let (off, list) = bucket(&[2, NONE, 0, 2, 1], 3);
+        assert_eq!(off, vec![0, 1, 2, 4]);
+        assert_eq!(list, vec![2, 4, 0, 3]);
+    }
+
+    #[test]
+    fn meter_keeps_spikes_and_merges_runs() {
+        let mut m = Meter {
+            cur: 10,
+            peak: 10,
+            peak_time: 0.0,
+            timeline: vec![(0.0, 10)],
+            last_up: true,
+        };
+        m.apply(1.0, 5);
+        m.apply(1.0, 5); // same instant, same direction: one point
+        m.apply(1.0, -20); // a zero-length spike stays visible
+        m.apply(2.0, 0); // no change, no point
+        assert_eq!(m.timeline, vec![(0.0, 10), (1.0, 20), (1.0, 0)]);
+        assert_eq!((m.peak, m.peak_time), (20, 1.0));
+    }
 }

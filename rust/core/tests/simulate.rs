@@ -330,11 +330,11 @@ fn generated_plan(a: &Analysis) -> Plan {
         let Some((after, trigger, late)) = late_reads(g, s, t) else {
             continue;
         };
-        k += 1;
+        k = (k + 1) % 20;
         let no_rc = g.nodes[p as usize]
             .flags
             .has(hybridplan_core::graph::NodeFlags::NO_RECOMPUTE);
-        if k % 20 == 0 {
+        if k == 0 {
             plan.swaps.push(Swap {
                 tensor: t,
                 after,
@@ -344,7 +344,7 @@ fn generated_plan(a: &Analysis) -> Plan {
                     clone_consumers: vec![],
                 }],
             });
-        } else if k % 20 == 10 && !no_rc && g.outputs(p).len() == 1 {
+        } else if k == 10 && !no_rc && g.outputs(p).len() == 1 {
             plan.recomputes.push(Recompute {
                 nodes: vec![p],
                 trigger,
@@ -488,4 +488,146 @@ fn invalid_plans_are_rejected() {
         &Plan::default(),
     );
     assert!(e.unwrap_err().to_string().contains("op costs"));
+}
+
+mod props {
+    use super::*;
+    use proptest::collection::vec;
+    use proptest::prelude::*;
+
+    /// Branches, an alias and late reads: x a b i c d e f h k.
+    fn branchy() -> Analysis {
+        graph(&[
+            ("x", "Placeholder", &[], 4),
+            ("a", "Relu", &["x"], 400),
+            ("b", "Relu", &["a"], 80),
+            ("i", "Identity", &["b"], 80),
+            ("c", "AddV2", &["a", "i"], 400),
+            ("d", "Relu", &["c"], 40),
+            ("e", "AddV2", &["d", "b"], 40),
+            ("f", "AddV2", &["e", "a"], 400),
+            ("h", "AddV2", &["f", "c"], 400),
+            ("k", "AddV2", &["h", "i"], 4),
+        ])
+    }
+
+    fn set(mut v: Vec<u32>) -> Vec<u32> {
+        v.sort_unstable();
+        v.dedup();
+        v
+    }
+
+    type SwapArgs = (u32, u32, u32, Vec<u32>, Vec<u32>);
+    type RcArgs = (Vec<u32>, u32, Vec<u32>, Vec<u32>);
+
+    fn plan_of(swaps: Vec<SwapArgs>, rcs: Vec<RcArgs>) -> Plan {
+        let swaps = swaps
+            .into_iter()
+            .map(|(tensor, after, trigger, c, cc)| Swap {
+                tensor,
+                after,
+                ins: vec![SwapIn {
+                    trigger,
+                    consumers: set(c),
+                    clone_consumers: set(cc),
+                }],
+            });
+        let recomputes = rcs.into_iter().map(|(nodes, trigger, c, cc)| Recompute {
+            nodes: set(nodes),
+            trigger,
+            consumers: set(c),
+            clone_consumers: set(cc),
+        });
+        Plan {
+            swaps: swaps.collect(),
+            recomputes: recomputes.collect(),
+        }
+    }
+
+    fn check_invariants(a: &Analysis, plan: &Plan, r: &SimResult) -> Result<(), TestCaseError> {
+        prop_assert_eq!(r.timeline.last().map(|p| p.1), Some(0));
+        prop_assert!(r.timeline.windows(2).all(|w| w[0].0 <= w[1].0));
+        prop_assert!(r.timeline.iter().all(|p| p.1 <= r.peak_bytes));
+        prop_assert!(r.stall_time_s >= 0.0);
+        let busy = r.compute_time_s + r.recompute_time_s + r.stall_time_s;
+        prop_assert!(r.step_time_s >= busy - 1e-9);
+        let vb = |t: u32| a.graph.tensors[t as usize].value_bytes;
+        let out: u64 = plan.swaps.iter().map(|s| vb(s.tensor)).sum();
+        prop_assert_eq!(r.bytes_d2h, out);
+        Ok(())
+    }
+
+    /// A plan built from the graph: consumers are real readers after the
+    /// trigger, so most of these plans are valid.
+    fn structured(a: &Analysis, picks: &[(u32, u32, u32, u8, bool)]) -> Plan {
+        let (g, s) = (&a.graph, &a.schedule);
+        let mut plan = Plan::default();
+        let n = g.num_nodes() as u32;
+        for &(t, after, trig, mask, recompute) in picks {
+            let p = g.tensors[t as usize].node;
+            let trigger = s.order[(s.pos[p as usize] + 1 + trig % 3).min(n - 1) as usize];
+            let after = s.order[(s.pos[p as usize] + after % 3).min(n - 1) as usize];
+            let late = |v: &u32| s.pos[*v as usize] > s.pos[trigger as usize];
+            let cons: Vec<u32> = (g.consumers(t).iter().enumerate())
+                .filter(|(k, v)| (mask | 0x55) & (1 << (k % 8)) != 0 && late(v))
+                .map(|(_, v)| *v)
+                .collect();
+            if cons.is_empty() || plan.swaps.iter().any(|s| s.tensor == t) {
+                continue;
+            }
+            if recompute {
+                plan.recomputes.push(Recompute {
+                    nodes: vec![p],
+                    trigger,
+                    consumers: set(cons),
+                    clone_consumers: vec![],
+                });
+            } else {
+                plan.swaps.push(Swap {
+                    tensor: t,
+                    after,
+                    ins: vec![SwapIn {
+                        trigger,
+                        consumers: set(cons),
+                        clone_consumers: vec![],
+                    }],
+                });
+            }
+        }
+        plan
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(512))]
+        #[test]
+        fn any_plan_is_simulated_or_rejected_never_a_panic(
+            swaps in vec((0u32..11, 0u32..11, 0u32..11, vec(0u32..11, 0..4), vec(0u32..11, 0..2)), 0..3),
+            rcs in vec((vec(1u32..10, 1..3), 0u32..11, vec(0u32..11, 0..4), vec(0u32..11, 0..2)), 0..3),
+            bw in 10.0f64..1000.0,
+            duplex in 0.1f64..1.0,
+        ) {
+            let a = branchy();
+            let plan = plan_of(swaps, rcs);
+            let costs = [0.0, 1.0, 0.5, 0.0, 1.0, 1.0, 0.25, 1.0, 1.0, 1.0];
+            match simulate(&a.graph, &a.schedule, &costs, &link(bw, duplex), &plan) {
+                Err(e) => prop_assert!(matches!(e, PlanError::InvalidArgument(_))),
+                Ok(r) => check_invariants(&a, &plan, &r)?,
+            }
+        }
+
+        #[test]
+        fn structured_plans_keep_the_invariants(
+            picks in vec((1u32..10, 0u32..3, 0u32..10, any::<u8>(), any::<bool>()), 1..4),
+            bw in 10.0f64..1000.0,
+            duplex in 0.1f64..1.0,
+        ) {
+            let a = branchy();
+            let plan = structured(&a, &picks);
+            let costs = [0.0, 1.0, 0.5, 0.0, 1.0, 1.0, 0.25, 1.0, 1.0, 1.0];
+            match simulate(&a.graph, &a.schedule, &costs, &link(bw, duplex), &plan) {
+                Err(e) => prop_assert!(matches!(e, PlanError::InvalidArgument(_))),
+                Ok(r) => check_invariants(&a, &plan, &r)?,
+            }
+        }
+    }
 }

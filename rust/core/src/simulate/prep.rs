@@ -28,6 +28,16 @@ pub(super) enum Src {
     Clone(u32, u32),
 }
 
+impl Src {
+    fn describe(self) -> String {
+        match self {
+            Src::Orig(_) => "the original".into(),
+            Src::In(i) => format!("swap-in #{i}"),
+            Src::Clone(c, _) => format!("recompute clone #{c}"),
+        }
+    }
+}
+
 /// A possible source of a clone's input, listed by a `clone_consumers`.
 #[derive(Debug, Clone, Copy)]
 struct Cand {
@@ -141,7 +151,7 @@ fn check_recomputes(g: &Graph, s: &Schedule, plan: &Plan) -> Result<()> {
         for (i, &v) in rc.nodes.iter().enumerate() {
             check_node(g, v, what)?;
             if i > 0 && s.pos[v as usize] <= s.pos[rc.nodes[i - 1] as usize] {
-                return Err(what.err(g, format!("nodes must be unique and in schedule order")));
+                return Err(what.err(g, "nodes must be unique and in schedule order".into()));
             }
             if g.nodes[v as usize].flags.has(NodeFlags::NO_RECOMPUTE) {
                 return Err(what.err(g, format!("node '{}' (op {}) must not be cloned: it is stateful, random, reads a variable, calls a function or makes no output",
@@ -238,9 +248,11 @@ impl Prep {
         if let Some(old) = self.redirect.insert((c, t), src) {
             if old != src {
                 return Err(invalid(format!(
-                    "node '{}' reads tensor '{}' from two places in the plan ({old:?} and {src:?})",
+                    "node '{}' reads tensor '{}' from two places in the plan ({} and {}): list it as a consumer of one only",
                     g.nodes[c as usize].name,
-                    g.tensor_name(t)
+                    g.tensor_name(t),
+                    old.describe(),
+                    src.describe()
                 )));
             }
         }

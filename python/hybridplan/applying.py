@@ -22,7 +22,7 @@ class Result:
         plan: the :class:`~hybridplan.planning.Plan` it implements.
         report: predicted figures before and after, the decisions, and what
             the rewrite inserted (``report["inserted"]``).
-        summary: the rewrite's :class:`~hybridplan.rewrite.RewriteSummary`.
+        summary: the rewrite's :class:`~hybridplan.rewriting.RewriteSummary`.
     """
 
     graph_def: Any
@@ -62,7 +62,7 @@ def apply(
     """
     from tensorflow.core.framework import graph_pb2
 
-    from .rewrite import rewrite_with_summary
+    from .rewriting import rewrite_with_summary
 
     data, traced_loss = graph_bytes(graph_def)
     p = plan(
@@ -125,7 +125,7 @@ def function(
         >>> step = hybridplan.function(train_step, x_spec, y_spec, budget="16GiB")  # doctest: +SKIP
         >>> loss = step(x, y)  # doctest: +SKIP
     """
-    from .trace import trace
+    from .tracing import trace
 
     traced = trace(step_fn, *input_specs, loss=loss)
     r = apply(traced, budget, strategy=strategy, device=device, target=target, min_bytes=min_bytes)
@@ -150,7 +150,7 @@ def keras_step(
     Training continues with the ordinary Keras objects: the step updates
     ``model``'s and ``optimizer``'s variables in place.
     """
-    from .trace import trace_keras
+    from .tracing import trace_keras
 
     traced = trace_keras(model, optimizer, loss_fn, x_spec, y_spec)
     r = apply(traced, budget, strategy=strategy, device=device, target=target, min_bytes=min_bytes)

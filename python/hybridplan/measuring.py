@@ -129,7 +129,7 @@ def measure(
     """Runs ``graph_def`` as a training step in a Session and measures memory and time.
 
     Args:
-        traced: the :class:`~hybridplan.trace.Traced` step (argument placeholders,
+        traced: the :class:`~hybridplan.tracing.Traced` step (argument placeholders,
             outputs, captured variables).
         graph_def: the GraphDef to run (e.g. a rewritten one); ``traced.graph_def`` when
             None. Never mutated.

@@ -140,7 +140,7 @@ def verify(
         step: a callable that runs a TensorFlow function, e.g. the ``StepFn`` of
             :func:`hybridplan.runner.compile_step`; it must not have been called before
             (TensorFlow records the optimized graphs only when it instantiates a function).
-        expected: a :class:`~hybridplan.rewrite.RewriteSummary` (kinds and clone
+        expected: a :class:`~hybridplan.rewriting.RewriteSummary` (kinds and clone
             originals known) or an iterable of node names.
         *args, **kwargs: the step's arguments (one training step runs: variables change).
         on_missing: ``"raise"`` (:class:`NodesRemovedError`), ``"warn"``
