@@ -75,11 +75,13 @@ def apply(
         profile=profile,
     )
     source = graph_pb2.GraphDef.FromString(data)
-    out = rewrite_with_summary(source, p.rewrite_spec(), target=target)
     report = dict(p.report)
-    report["inserted"] = out.summary.counts
     if p.is_empty:
+        report["inserted"] = {"swap_out": 0, "swap_in": 0, "clones": 0}
         report["note"] = "the step already fits the budget: nothing to plan, graph unchanged"
+        return Result(source, p, report, None)
+    out = rewrite_with_summary(source, p.rewrite_spec(), target=target)
+    report["inserted"] = out.summary.counts
     return Result(out.graph_def, p, report, out.summary)
 
 

@@ -45,6 +45,7 @@ __all__ = [
     "resnet50",
     "resnet152",
     "small_cnn",
+    "small_resnet",
     "transformer",
     "unet3d",
 ]
@@ -472,6 +473,51 @@ def small_cnn(
     )
 
 
+def small_resnet(
+    size: int = 32,
+    batch: int = 8,
+    classes: int = 10,
+    filters: int = 16,
+    blocks: int = 3,
+    optimizer: OptimizerArg = "sgd",
+    seed: int = 0,
+) -> Workload:
+    """A small residual network whose memory is dominated by activations, for quick
+    tests and CPU runs: a stem Conv+BN+ReLU, ``blocks`` basic residual blocks
+    (two Conv+BN, identity shortcut, Add, ReLU) at full resolution, global average
+    pooling and a Dense head.
+
+    Args:
+        size: image height and width.
+        batch: images per step.
+        classes: output classes.
+        filters: channels of every convolution.
+        blocks: residual blocks.
+        optimizer: ``"sgd"`` (momentum 0.9), ``"adam"`` or a Keras optimizer.
+        seed: weight initialisation seed.
+    """
+    _positive(size=size, batch=batch, classes=classes, filters=filters, blocks=blocks)
+    keras.utils.set_random_seed(seed)
+    inputs = keras.Input((size, size, 3), batch_size=batch)
+    x = _conv_bn_relu(inputs, filters)
+    for _ in range(blocks):
+        y = _conv_bn_relu(x, filters)
+        y = keras.layers.Conv2D(filters, 3, padding="same")(y)
+        y = keras.layers.BatchNormalization()(y)
+        x = keras.layers.ReLU()(keras.layers.Add()([x, y]))
+    x = keras.layers.GlobalAveragePooling2D()(x)
+    outputs = keras.layers.Dense(classes)(x)
+    model = keras.Model(inputs, outputs, name="small_resnet")
+    return _workload(
+        "small_resnet",
+        model,
+        optimizer,
+        tf.TensorSpec([batch, size, size, 3], tf.float32, name="x"),
+        tf.TensorSpec([batch], tf.int32, name="y"),
+        classes,
+    )
+
+
 # --------------------------------------------------------------------------- registry
 
 WORKLOADS: dict[str, Callable[..., Workload]] = {
@@ -481,6 +527,7 @@ WORKLOADS: dict[str, Callable[..., Workload]] = {
     "unet3d": unet3d,
     "transformer": transformer,
     "small_cnn": small_cnn,
+    "small_resnet": small_resnet,
 }
 
 

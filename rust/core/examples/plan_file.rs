@@ -53,10 +53,75 @@ fn main() {
         a.liveness.peak_pos
     );
     println!("options {:?}", planner.num_options());
+    let cands = hybridplan_core::plan::candidates::swap_candidates(
+        &a.graph,
+        &a.schedule,
+        &a.liveness,
+        2,
+        1 << 16,
+    );
+    let pk = a.liveness.peak_pos;
+    let cover: Vec<_> = cands
+        .iter()
+        .filter(|c| c.last_early < pk && c.first_late() > pk)
+        .map(|c| {
+            (
+                a.graph.tensor_name(c.tensor),
+                c.bytes,
+                c.last_early,
+                c.first_late(),
+            )
+        })
+        .collect();
+    println!(
+        "{} candidates, {} idle across the peak: {:?}",
+        cands.len(),
+        cover.len(),
+        &cover[..cover.len().min(4)]
+    );
+    let big: Vec<_> = (0..a.graph.num_tensors() as u32)
+        .filter(|&t| a.graph.tensors[t as usize].bytes >= 8_000_000)
+        .map(|t| {
+            (
+                a.graph.tensor_name(t),
+                a.liveness.produce[t as usize],
+                a.liveness.last_use[t as usize],
+                a.graph
+                    .consumers(t)
+                    .iter()
+                    .map(|&c| {
+                        (
+                            a.schedule.pos[c as usize],
+                            a.graph.nodes[c as usize].name.to_string(),
+                        )
+                    })
+                    .collect::<Vec<_>>(),
+            )
+        })
+        .take(3)
+        .collect();
+    println!("{big:?}");
     let recs = planner.recompute_options_for_debug();
     for r in recs.iter().take(5) {
         println!("rec unit {} clones {} saved {:?} trigger {} inputs {} time {:.2e} bytes {} transient {}", r.unit, r.clones.len(), r.saved, r.trigger, r.inputs.len(), r.time_s, r.bytes, r.transient);
     }
+    let (sw, st) = planner.swap_options_for_debug();
+    let spool = Pool {
+        swaps: &sw,
+        tensor_of_swap: &st,
+        recomputes: &[],
+    };
+    let sc = choose(&ctx, &spool, budget, 0.1);
+    let splan = planner.to_plan(&sc);
+    let ssim = simulate(&a.graph, &a.schedule, &times, &dev, &splan).unwrap();
+    println!(
+        "swap-only greedy: chosen {} model peak {} sim peak {} at t={:.4} step {:.4}",
+        sc.swaps.len(),
+        sc.model_peak,
+        ssim.peak_bytes,
+        ssim.peak_time_s,
+        ssim.step_time_s
+    );
     let pool = Pool {
         swaps: &[],
         tensor_of_swap: &[],

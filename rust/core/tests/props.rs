@@ -445,42 +445,59 @@ fn shape_bytes(dims: &Option<Vec<i64>>) -> Vec<u8> {
     s
 }
 
-/// A random `NodeDef` over a small pool of names, ops and dtypes.
+/// A random `NodeDef`: mostly well formed (unique names, inputs naming
+/// existing nodes, float dtype, known shapes), with some of every defect
+/// (duplicate names, cycles, missing outputs, bad dtypes and dimensions).
 #[derive(Debug, Clone)]
 struct FuzzNode {
-    name: u8,
+    /// Another node's name, rarely (a duplicate).
+    dup: Option<usize>,
     op: usize,
-    inputs: Vec<(u8, u8, bool)>,
+    /// (source node, output index, control edge).
+    inputs: Vec<(usize, u8, bool)>,
     dtype: Option<u8>,
     shapes: Option<Vec<Option<Vec<i64>>>>,
 }
 
 fn fuzz_node() -> impl Strategy<Value = FuzzNode> {
-    let dim = prop_oneof![6 => -2i64..6, 1 => any::<i64>()];
-    let shape = prop_oneof![1 => Just(None), 6 => vec(dim, 0..4).prop_map(Some)];
-    (
-        0u8..24,
-        any::<usize>(),
-        vec((0u8..24, 0u8..4, any::<bool>()), 0..4),
-        proptest::option::of(0u8..24),
-        proptest::option::of(vec(shape, 0..3)),
-    )
-        .prop_map(|(name, op, inputs, dtype, shapes)| FuzzNode {
-            name,
+    // Defects are rare per node, so that most graphs get past the decoder
+    // and the builder while every kind of defect still shows up.
+    let dim = prop_oneof![500 => 0i64..6, 1 => -2i64..0, 1 => any::<i64>()];
+    let shape = prop_oneof![1 => Just(None), 300 => vec(dim, 0..4).prop_map(Some)];
+    let dtype = prop_oneof![1 => Just(None), 200 => Just(Some(1u8)), 2 => (0u8..24).prop_map(Some)];
+    let shapes = prop_oneof![
+        1 => Just(None),
+        1 => Just(Some(Vec::new())),
+        60 => vec(shape, 1..3).prop_map(Some)
+    ];
+    let dup = prop_oneof![200 => Just(None), 1 => any::<usize>().prop_map(Some)];
+    let index = prop_oneof![30 => Just(0u8), 1 => 0u8..4];
+    let input = (any::<usize>(), index, any::<bool>());
+    (dup, any::<usize>(), vec(input, 0..4), dtype, shapes).prop_map(
+        |(dup, op, inputs, dtype, shapes)| FuzzNode {
+            dup,
             op,
             inputs,
             dtype,
             shapes,
-        })
+        },
+    )
 }
 
 fn graphdef_bytes(nodes: &[FuzzNode]) -> Vec<u8> {
     let mut g = Vec::new();
-    for n in nodes {
+    for (i, n) in nodes.iter().enumerate() {
         let mut b = Vec::new();
-        field(&mut b, 1, format!("n{}", n.name).as_bytes());
+        let name = n.dup.map_or(i, |d| d % nodes.len());
+        field(&mut b, 1, format!("n{name}").as_bytes());
         field(&mut b, 2, OPS[n.op % OPS.len()].as_bytes());
         for &(src, k, ctl) in &n.inputs {
+            // Mostly an earlier node; sometimes a later one (maybe a cycle).
+            let src = match i {
+                _ if src % 64 == 0 => src % nodes.len(),
+                0 => continue,
+                _ => src % i,
+            };
             let s = match (ctl, k) {
                 (true, _) => format!("^n{src}"),
                 (false, 0) => format!("n{src}"),

@@ -7,10 +7,12 @@
 //! consecutive points splits them into early readers (before the gap: they
 //! read the original) and late readers (after it: they read a swap-in). A
 //! buffer is a candidate when the gap spans at least `min_gap` positions,
-//! it has `min_bytes` or more, and every late reader reads the owning tensor
-//! itself (a late read through an alias cannot be redirected). A U-Net skip
-//! connection, read by the encoder and again by the decoder's concat, is a
-//! candidate inside the forward pass.
+//! it has `min_bytes` or more, and every late reader reads one and the same
+//! tensor made before the gap: the owner, or one alias of it (then the alias
+//! is the tensor swapped). Reads of aliases made after the gap (an `IdentityN`
+//! that runs late, whose outputs the optimizer reads) follow the swapped-in
+//! copy through the alias op, which is a late reader itself. A U-Net skip connection, read by the encoder and
+//! again by the decoder's concat, is a candidate inside the forward pass.
 //!
 //! # Complexity
 //! O(T + E log E): each tensor's readers are sorted once.
@@ -22,7 +24,10 @@ use crate::schedule::Schedule;
 /// One buffer that could be swapped.
 #[derive(Debug, Clone, PartialEq)]
 pub struct SwapCandidate {
+    /// The tensor the late readers read (what is swapped).
     pub tensor: u32,
+    /// The buffer's owner (`tensor` itself unless that is an alias).
+    pub owner: u32,
     pub bytes: u64,
     pub produce: u32,
     /// Last position reading the original (the producer's if none).
@@ -62,19 +67,24 @@ pub fn swap_candidates(
             &readers[t as usize],
             min_gap,
         ) {
-            out.push(c);
+            // The copy can start once the tensor read late exists.
+            out.push(SwapCandidate {
+                produce: l.produce[c.tensor as usize],
+                ..c
+            });
         }
     }
     out
 }
 
-/// (position, reader node, direct) for every reader of every owner, sorted.
-fn readers_by_owner(g: &Graph, s: &Schedule, l: &Liveness) -> Vec<Vec<(u32, u32, bool)>> {
-    let mut r: Vec<Vec<(u32, u32, bool)>> = vec![Vec::new(); g.num_tensors()];
+/// (position, reader node, tensor read, position the tensor read is made)
+/// for every reader of every owner, sorted.
+fn readers_by_owner(g: &Graph, s: &Schedule, l: &Liveness) -> Vec<Vec<(u32, u32, u32, u32)>> {
+    let mut r: Vec<Vec<(u32, u32, u32, u32)>> = vec![Vec::new(); g.num_tensors()];
     for t in 0..g.num_tensors() as u32 {
         let o = l.owner[t as usize];
         for &c in g.consumers(t) {
-            r[o as usize].push((s.pos[c as usize], c, o == t));
+            r[o as usize].push((s.pos[c as usize], c, t, l.produce[t as usize]));
         }
     }
     for v in &mut r {
@@ -88,12 +98,12 @@ fn split_at_gap(
     t: u32,
     bytes: u64,
     produce: u32,
-    readers: &[(u32, u32, bool)],
+    readers: &[(u32, u32, u32, u32)],
     min_gap: u32,
 ) -> Option<SwapCandidate> {
     let mut prev = produce;
     let mut best: Option<(u32, usize)> = None;
-    for (i, &(p, _, _)) in readers.iter().enumerate() {
+    for (i, &(p, _, _, _)) in readers.iter().enumerate() {
         let gap = p.saturating_sub(prev);
         if gap >= min_gap.max(2) && best.is_none_or(|(b, _)| gap > b) {
             best = Some((gap, i));
@@ -101,19 +111,26 @@ fn split_at_gap(
         prev = p;
     }
     let (_, split) = best?;
-    let late = &readers[split..];
-    if late.iter().any(|&(_, _, direct)| !direct) {
-        return None;
-    }
     let last_early = if split == 0 {
         produce
     } else {
         readers[split - 1].0
     };
-    let mut late: Vec<(u32, u32)> = late.iter().map(|&(p, n, _)| (p, n)).collect();
+    // Late reads of tensors made before the gap must all be of one tensor.
+    let mut direct = readers[split..].iter().filter(|r| r.3 <= last_early);
+    let read = direct.next()?.2;
+    if direct.any(|r| r.2 != read) {
+        return None;
+    }
+    let mut late: Vec<(u32, u32)> = readers[split..]
+        .iter()
+        .filter(|r| r.2 == read)
+        .map(|&(p, n, _, _)| (p, n))
+        .collect();
     late.dedup_by_key(|x| x.1);
     Some(SwapCandidate {
-        tensor: t,
+        tensor: read,
+        owner: t,
         bytes,
         produce,
         last_early,

@@ -77,3 +77,4 @@ pub mod options;
 pub mod partition;
 pub mod planner;
 pub mod stab;
+pub mod trigger;

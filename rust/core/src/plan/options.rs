@@ -18,6 +18,7 @@
 //! + its inputs) per recompute option.
 
 use super::candidates::{position_at, SwapCandidate};
+use super::trigger::safe_trigger;
 use crate::graph::{Graph, NodeFlags};
 use crate::liveness::Liveness;
 use crate::schedule::Schedule;
@@ -76,10 +77,12 @@ pub fn swap_option(ctx: &Ctx<'_>, cand: usize, c: &SwapCandidate) -> Option<Swap
     // Latest q with start[q + 1] <= need, i.e. q + 1 = (first index > need) - 1.
     let latest = ctx.start.partition_point(|&x| x <= need) as i64 - 2;
     let earliest = i64::from(keep_until) + 1;
-    let trigger = latest.max(earliest).min(i64::from(first_late) - 1) as u32;
-    if trigger < keep_until + 1 {
+    let ideal = latest.max(earliest).min(i64::from(first_late) - 1) as u32;
+    if ideal < keep_until + 1 {
         return None;
     }
+    let consumers: Vec<u32> = c.late.iter().map(|&(_, n)| n).collect();
+    let trigger = safe_trigger(ctx.g, ctx.s, ideal, keep_until + 1, &consumers)?;
     let window = ctx.start[first_late as usize] - ctx.start[trigger as usize + 1];
     let exposed_s = (d_in - window).max(0.0);
     Some(SwapOpt {
@@ -135,7 +138,15 @@ pub fn recompute_options(
         in_unit[v as usize] = true;
     }
     let mut out = Vec::new();
-    for (trigger, set) in triggers(&saved) {
+    for (ideal, set) in triggers(&saved) {
+        let lowest = set.iter().map(|d| d.last_early).max().unwrap_or(0) + 1;
+        let consumers: Vec<u32> = set
+            .iter()
+            .flat_map(|d| d.late.iter().map(|&(_, n)| n))
+            .collect();
+        let Some(trigger) = safe_trigger(g, ctx.s, ideal, lowest, &consumers) else {
+            continue;
+        };
         let clones = clone_set(g, nodes, &set, in_unit);
         out.extend(finish_recompute(ctx, unit, clones, &set, trigger, in_unit));
     }

@@ -141,7 +141,7 @@ impl<'a> Planner<'a> {
         let mut swap_tensor = Vec::new();
         for (i, c) in cands.iter().enumerate() {
             if let Some(o) = swap_option(ctx, i, c) {
-                swap_tensor.push(c.tensor);
+                swap_tensor.push(c.owner);
                 swaps.push(o);
             }
         }
@@ -268,7 +268,7 @@ impl<'a> Planner<'a> {
         let mut recs = recs;
         for r in order {
             let rec = &self.recs[r];
-            let swapped: FxHashSet<u32> = swaps.iter().map(|o| self.cands[o.cand].tensor).collect();
+            let swapped: FxHashSet<u32> = swaps.iter().map(|o| self.cands[o.cand].owner).collect();
             if rec
                 .inputs
                 .iter()
@@ -279,7 +279,7 @@ impl<'a> Planner<'a> {
             let saved: FxHashSet<u32> = rec.saved.iter().map(|&(t, _)| t).collect();
             let trial_swaps: Vec<SwapOpt> = swaps
                 .iter()
-                .filter(|o| !saved.contains(&self.cands[o.cand].tensor))
+                .filter(|o| !saved.contains(&self.cands[o.cand].owner))
                 .cloned()
                 .collect();
             let mut trial_recs = recs.clone();
@@ -302,10 +302,10 @@ impl<'a> Planner<'a> {
 
     fn decisions_of(&self, plan: &Plan) -> (Vec<SwapOpt>, Vec<RecomputeOpt>) {
         let by_tensor: FxHashMap<u32, usize> = self
-            .swap_tensor
+            .swaps
             .iter()
             .enumerate()
-            .map(|(i, &t)| (t, i))
+            .map(|(i, o)| (self.cands[o.cand].tensor, i))
             .collect();
         let swaps = plan
             .swaps
@@ -319,7 +319,7 @@ impl<'a> Planner<'a> {
     fn units_by_link_bytes(&self, swaps: &[SwapOpt]) -> Vec<usize> {
         let swapped: FxHashMap<u32, u64> = swaps
             .iter()
-            .map(|o| (self.cands[o.cand].tensor, self.cands[o.cand].bytes))
+            .map(|o| (self.cands[o.cand].owner, self.cands[o.cand].bytes))
             .collect();
         let mut scored: Vec<(u64, usize)> = Vec::new();
         for (i, r) in self.recs.iter().enumerate() {
@@ -369,6 +369,11 @@ impl<'a> Planner<'a> {
         Plan { swaps, recomputes }
     }
 
+    /// The swap options and their buffers (for tools and tests).
+    pub fn swap_options_for_debug(&self) -> (Vec<SwapOpt>, Vec<u32>) {
+        (self.swaps.clone(), self.swap_tensor.clone())
+    }
+
     /// The recompute options (for tools and tests).
     pub fn recompute_options_for_debug(&self) -> Vec<RecomputeOpt> {
         self.recs.clone()
@@ -383,7 +388,9 @@ fn recompute_options(ctx: &Ctx<'_>, cands: &[SwapCandidate]) -> Vec<RecomputeOpt
     let units = partition(ctx.g, ctx.s);
     let mut gap_of = vec![NONE; ctx.g.num_tensors()];
     for (i, c) in cands.iter().enumerate() {
-        gap_of[c.tensor as usize] = i as u32;
+        if c.tensor == c.owner {
+            gap_of[c.tensor as usize] = i as u32; // a clone cannot stand in for an alias
+        }
     }
     let mut in_unit = vec![false; ctx.g.num_nodes()];
     units
