@@ -49,15 +49,28 @@ pub struct BuildOptions {
 /// # Complexity
 /// O(N + inputs).
 pub fn specs_from_raw<'a>(raw: &RawGraph<'a>) -> Result<Vec<NodeSpec<'a>>> {
-    let index = raw_index(raw);
-    let referenced = max_referenced_outputs(raw, &index)?;
+    // The name index is needed only for nodes without `_output_shapes` or
+    // without a readable dtype; a graph exported with add_shapes=True has
+    // neither, and skips a hash map of every name and a parse of every input.
+    let mut index = None;
+    let all_shaped = raw.nodes.iter().all(|n| {
+        matches!(
+            n.attr("_output_shapes"),
+            Some(Attr::Shapes(_) | Attr::Shape(_))
+        )
+    });
+    let referenced = if all_shaped {
+        Vec::new()
+    } else {
+        max_referenced_outputs(raw, index.get_or_insert_with(|| raw_index(raw)))?
+    };
     let functions: rustc_hash::FxHashSet<&str> = raw.functions.iter().copied().collect();
     let mut specs = Vec::with_capacity(raw.nodes.len());
     for (i, n) in raw.nodes.iter().enumerate() {
         let shapes: Vec<Shape> = match n.attr("_output_shapes") {
             Some(Attr::Shapes(s)) => s.clone(),
             Some(Attr::Shape(s)) => vec![s.clone()],
-            _ => fallback_shapes(n, referenced[i]),
+            _ => fallback_shapes(n, referenced.get(i).copied().unwrap_or(0)),
         };
         let count = shapes.len();
         let outputs = shapes
@@ -79,7 +92,12 @@ pub fn specs_from_raw<'a>(raw: &RawGraph<'a>) -> Result<Vec<NodeSpec<'a>>> {
             calls_function,
         });
     }
-    inherit_dtypes(&mut specs, &index)?;
+    if specs
+        .iter()
+        .any(|s| s.outputs.iter().any(|o| o.dtype.is_none()))
+    {
+        inherit_dtypes(&mut specs, index.get_or_insert_with(|| raw_index(raw)))?;
+    }
     Ok(specs)
 }
 
@@ -125,6 +143,12 @@ fn max_referenced_outputs(raw: &RawGraph<'_>, index: &FxHashMap<&str, usize>) ->
     for n in &raw.nodes {
         for inp in &n.inputs {
             if let InputRef::Data(name, k) = parse_input(inp)? {
+                if k >= MAX_OUTPUTS {
+                    return Err(PlanError::InvalidGraph(format!(
+                        "node '{}' reads output {k} of '{name}': no op has that many outputs",
+                        n.name
+                    )));
+                }
                 if let Some(&j) = index.get(name) {
                     out[j] = out[j].max(k + 1);
                 }
@@ -133,6 +157,11 @@ fn max_referenced_outputs(raw: &RawGraph<'_>, index: &FxHashMap<&str, usize>) ->
     }
     Ok(out)
 }
+
+/// Output indices at or above this are rejected as malformed (no TensorFlow
+/// op has that many outputs; the bound keeps untrusted input from asking for
+/// billions of tensors).
+const MAX_OUTPUTS: u32 = 1 << 16;
 
 fn fallback_shapes(n: &RawNode<'_>, referenced: u32) -> Vec<Shape> {
     let one = match (n.attr("shape"), n.attr("value")) {
@@ -464,8 +493,18 @@ fn add_consumers(g: &mut Graph) {
 /// Variable, write, no-recompute flags and buffer aliases, from op kinds and
 /// the dtypes of inputs.
 fn set_flags_and_aliases(g: &mut Graph) {
+    // Facts of each distinct op type, decided once: (never recompute, is a
+    // variable read, aliased input slot).
+    let facts: Vec<(bool, bool, Option<usize>)> = g
+        .ops
+        .iter()
+        .map(|op| {
+            let read = opkind::reads_variable(op, true);
+            (opkind::never_recompute(op), read, opkind::aliased_input(op))
+        })
+        .collect();
     for n in 0..g.nodes.len() {
-        let op = g.ops[g.nodes[n].op as usize].clone();
+        let (never, is_read, alias) = facts[g.nodes[n].op as usize];
         let outs = g.outputs(n as u32);
         let reads_handle = g
             .inputs(n as u32)
@@ -481,15 +520,15 @@ fn set_flags_and_aliases(g: &mut Graph) {
         if reads_handle && outs.is_empty() {
             f |= NodeFlags::WRITES_VARIABLE;
         }
-        if reads_handle || outs.is_empty() || opkind::never_recompute(&op) {
+        if reads_handle || outs.is_empty() || never {
             f |= NodeFlags::NO_RECOMPUTE;
         }
         g.nodes[n].flags = NodeFlags(f);
-        if opkind::reads_variable(&op, reads_handle) {
+        if reads_handle && is_read {
             for t in outs {
                 g.tensors[t as usize].bytes = 0;
             }
-        } else if let Some(k) = opkind::aliased_input(&op) {
+        } else if let Some(k) = alias {
             let (lo, hi) = (g.in_off[n] as usize, g.in_off[n + 1] as usize);
             for t in outs {
                 let slot = if k == usize::MAX {

@@ -82,8 +82,8 @@ pub struct Tensor {
     /// cost model).
     pub value_bytes: u64,
     /// The tensor whose buffer this one shares (`Identity`, `Reshape`, ...),
-    /// or [`NONE`]. Resolved to the root: an alias of an alias points at the
-    /// owner.
+    /// or [`NONE`]: the aliased input itself, not resolved through chains;
+    /// [`crate::liveness::Liveness::owner`] gives the owning tensor.
     pub alias_of: u32,
     /// Offset of the shape in [`Graph::dims`].
     pub shape_off: u32,

@@ -76,39 +76,42 @@ pub struct RawGraph<'a> {
 }
 
 /// Attributes whose values are decoded; all others are skipped unread.
-const READ_ATTRS: &[&str] = &[
-    "_output_shapes",
-    "T",
-    "dtype",
-    "out_type",
-    "output_type",
-    "DstT",
-    "Tout",
-    "Tidx",
-    "Tparams",
-    "output_types",
-    "out_types",
-    "component_types",
-    "_handle_dtypes",
-    "_handle_shapes",
-    "shape",
-    "value",
-    "equation",
-    "transpose_a",
-    "transpose_b",
-    "adj_x",
-    "adj_y",
-    "ksize",
-    "strides",
-    "data_format",
-    "f",
-    "then_branch",
-    "else_branch",
-    "cond",
-    "body",
-    "branches",
-    "_class",
-];
+fn is_read_attr(key: &str) -> bool {
+    matches!(
+        key,
+        "_output_shapes"
+            | "T"
+            | "dtype"
+            | "out_type"
+            | "output_type"
+            | "DstT"
+            | "Tout"
+            | "Tidx"
+            | "Tparams"
+            | "output_types"
+            | "out_types"
+            | "component_types"
+            | "_handle_dtypes"
+            | "_handle_shapes"
+            | "shape"
+            | "value"
+            | "equation"
+            | "transpose_a"
+            | "transpose_b"
+            | "adj_x"
+            | "adj_y"
+            | "ksize"
+            | "strides"
+            | "data_format"
+            | "f"
+            | "then_branch"
+            | "else_branch"
+            | "cond"
+            | "body"
+            | "branches"
+            | "_class"
+    )
+}
 
 /// Decodes a serialized `GraphDef`.
 ///
@@ -174,7 +177,7 @@ fn decode_attr_entry(b: &[u8]) -> Result<Option<(&str, Attr<'_>)>> {
             _ => r.skip(wire)?,
         }
     }
-    if !READ_ATTRS.contains(&key) {
+    if !is_read_attr(key) {
         return Ok(None);
     }
     let attr = match value {

@@ -49,8 +49,8 @@ pub fn classify(g: &mut Graph, loss: Option<&str>, index: &FxHashMap<&str, u32>)
         return Ok(());
     }
     let forward = ancestors(g, g.tensors[g.loss as usize].node);
-    for v in 0..n {
-        if forward[v] && !g.nodes[v].flags.has(NodeFlags::SOURCE) {
+    for (v, &is_fwd) in forward.iter().enumerate() {
+        if is_fwd && !g.nodes[v].flags.has(NodeFlags::SOURCE) {
             g.phase[v] = Phase::Forward;
         }
     }
@@ -169,25 +169,28 @@ fn mark_update(g: &mut Graph) {
     for &v in &stack {
         g.phase[v as usize] = Phase::Update;
     }
+    // The phases are taken out of the graph so its edges can be walked
+    // without copying them.
+    let mut phase = std::mem::take(&mut g.phase);
     while let Some(u) = stack.pop() {
-        let preds: Vec<u32> = g.predecessors(u).collect();
-        for p in preds {
+        for p in g.predecessors(u) {
             let pi = p as usize;
             pending[pi] = pending[pi].saturating_sub(1);
-            if pending[pi] == 0 && g.phase[pi] == Phase::Other && can_be_update(g, p) {
-                g.phase[pi] = Phase::Update;
+            if pending[pi] == 0 && phase[pi] == Phase::Other && can_be_update(g, &phase, p) {
+                phase[pi] = Phase::Update;
                 stack.push(p);
             }
         }
     }
+    g.phase = phase;
 }
 
-fn can_be_update(g: &Graph, v: u32) -> bool {
+fn can_be_update(g: &Graph, phase: &[Phase], v: u32) -> bool {
     let f = g.nodes[v as usize].flags;
     !f.has(NodeFlags::SOURCE)
         && g.inputs(v)
             .iter()
-            .all(|&t| g.phase[g.tensors[t as usize].node as usize] != Phase::Forward)
+            .all(|&t| phase[g.tensors[t as usize].node as usize] != Phase::Forward)
 }
 
 fn mark_backward(g: &mut Graph) {
@@ -195,17 +198,18 @@ fn mark_backward(g: &mut Graph) {
         .filter(|&v| g.phase[v as usize] == Phase::Forward)
         .collect();
     let mut seen = vec![false; g.num_nodes()];
+    let mut phase = std::mem::take(&mut g.phase);
     while let Some(u) = stack.pop() {
-        let succ: Vec<u32> = g.successors(u).collect();
-        for s in succ {
+        for s in g.successors(u) {
             let si = s as usize;
             if !seen[si] {
                 seen[si] = true;
-                if g.phase[si] == Phase::Other && !g.nodes[si].flags.has(NodeFlags::SOURCE) {
-                    g.phase[si] = Phase::Backward;
+                if phase[si] == Phase::Other && !g.nodes[si].flags.has(NodeFlags::SOURCE) {
+                    phase[si] = Phase::Backward;
                 }
                 stack.push(s);
             }
         }
     }
+    g.phase = phase;
 }

@@ -47,22 +47,39 @@ pub fn schedule(g: &Graph) -> Result<Schedule> {
     Ok(Schedule { order, pos })
 }
 
+/// Kahn's algorithm, lowest ready id first. Ready nodes below `cursor` wait
+/// in a heap; those at or above it are found by scanning forward, so an
+/// almost topological order (a traced step, whose output `Identity` comes
+/// before the `NoOp` it waits for) costs O(N + E + H log H) for the H nodes
+/// that become ready behind the cursor.
 fn kahn_min_id(g: &Graph) -> Result<Vec<u32>> {
     let n = g.num_nodes();
     let mut indeg: Vec<u32> = (0..n as u32)
         .map(|v| g.predecessors(v).count() as u32)
         .collect();
-    let mut heap: BinaryHeap<Reverse<u32>> = (0..n as u32)
-        .filter(|&v| indeg[v as usize] == 0)
-        .map(Reverse)
-        .collect();
+    let mut heap: BinaryHeap<Reverse<u32>> = BinaryHeap::new();
+    let mut cursor = 0usize;
     let mut order = Vec::with_capacity(n);
-    while let Some(Reverse(v)) = heap.pop() {
+    loop {
+        while cursor < n && indeg[cursor] != 0 {
+            cursor += 1;
+        }
+        let v = match heap.peek() {
+            Some(&Reverse(h)) if (h as usize) < cursor || cursor == n => {
+                heap.pop();
+                h
+            }
+            _ if cursor < n => {
+                cursor += 1;
+                (cursor - 1) as u32
+            }
+            _ => break,
+        };
         order.push(v);
         for s in g.successors(v) {
             let d = &mut indeg[s as usize];
             *d -= 1;
-            if *d == 0 {
+            if *d == 0 && (s as usize) < cursor {
                 heap.push(Reverse(s));
             }
         }

@@ -24,11 +24,25 @@ impl<'a> Reader<'a> {
         Reader { buf, pos: 0 }
     }
 
+    #[inline]
     pub(crate) fn at_end(&self) -> bool {
         self.pos >= self.buf.len()
     }
 
+    #[inline]
     pub(crate) fn varint(&mut self) -> Result<u64> {
+        // One-byte varints (keys, small lengths and sizes) are most of them.
+        if let Some(&b) = self.buf.get(self.pos) {
+            if b < 0x80 {
+                self.pos += 1;
+                return Ok(u64::from(b));
+            }
+        }
+        self.varint_slow()
+    }
+
+    #[inline(never)]
+    fn varint_slow(&mut self) -> Result<u64> {
         let mut v: u64 = 0;
         for shift in (0..70).step_by(7) {
             let Some(&b) = self.buf.get(self.pos) else {
@@ -47,6 +61,7 @@ impl<'a> Reader<'a> {
     }
 
     /// Reads a field key: (field number, wire type).
+    #[inline]
     pub(crate) fn key(&mut self) -> Result<(u32, u8)> {
         let k = self.varint()?;
         let field = k >> 3;
@@ -57,6 +72,7 @@ impl<'a> Reader<'a> {
     }
 
     /// Reads a length-delimited payload.
+    #[inline]
     pub(crate) fn bytes(&mut self) -> Result<&'a [u8]> {
         let len = self.varint()?;
         let remaining = (self.buf.len() - self.pos) as u64;
@@ -71,6 +87,7 @@ impl<'a> Reader<'a> {
         Ok(&self.buf[start..self.pos])
     }
 
+    #[inline]
     pub(crate) fn str(&mut self) -> Result<&'a str> {
         let at = self.pos;
         let b = self.bytes()?;
