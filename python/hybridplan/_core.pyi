@@ -1,10 +1,23 @@
 """Type stubs of the native core (``hybridplan._core``). Users import ``hybridplan``."""
 
+from typing import final
+
 import numpy as np
 import numpy.typing as npt
 
+__all__ = [
+    "CoreAnalysis",
+    "CorePlan",
+    "__version__",
+    "analyze",
+    "device_preset",
+    "device_presets",
+    "plan",
+]
+
 __version__: str
 
+@final
 class CoreAnalysis:
     @property
     def num_nodes(self) -> int: ...
@@ -30,3 +43,26 @@ class CoreAnalysis:
 def analyze(
     data: bytes, loss: str | None = None, persistent_bytes: int | None = None
 ) -> CoreAnalysis: ...
+
+@final
+class CorePlan:
+    @property
+    def report_json(self) -> str: ...
+    def events(
+        self,
+    ) -> tuple[npt.NDArray[np.uint8], npt.NDArray[np.float64], npt.NDArray[np.float64]]: ...
+    def timeline(self, which: int) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.uint64]]: ...
+
+def plan(
+    data: bytes,
+    budget: int,
+    strategy: str = "hybrid",
+    device: str = "v100-nvlink2",
+    device_json: str | None = None,
+    loss: str | None = None,
+    persistent_bytes: int | None = None,
+    min_bytes: int = 65536,
+    profile: list[tuple[int, float]] | None = None,
+) -> CorePlan: ...
+def device_preset(name: str) -> str: ...
+def device_presets() -> list[str]: ...
