@@ -22,7 +22,7 @@ from .errors import (
     ShapeError,
     UnsupportedGraphError,
 )
-from .planning import STRATEGIES, Plan, device_presets, parse_bytes, plan
+from .planning import STRATEGIES, Plan, device_presets, parse_bytes, plan, synthetic_graphdef
 
 __all__ = [
     "STRATEGIES",
@@ -48,6 +48,7 @@ __all__ = [
     "parse_bytes",
     "plan",
     "rewrite",
+    "synthetic_graphdef",
     "trace",
     "trace_keras",
     "verify",

@@ -13,6 +13,7 @@ __all__ = [
     "device_preset",
     "device_presets",
     "plan",
+    "synthetic_graphdef",
 ]
 
 __version__: str
@@ -66,3 +67,6 @@ def plan(
 ) -> CorePlan: ...
 def device_preset(name: str) -> str: ...
 def device_presets() -> list[str]: ...
+def synthetic_graphdef(
+    nodes: int, kind: str = "mixed", batch: int = 8, size: int = 32, channels: int = 64
+) -> bytes: ...

@@ -256,6 +256,43 @@ fn device_presets() -> Vec<String> {
         .collect()
 }
 
+/// Serialized GraphDef of a synthetic training step of about `nodes` nodes.
+#[pyfunction]
+#[pyo3(signature = (nodes, kind="mixed", batch=8, size=32, channels=64))]
+fn synthetic_graphdef<'py>(
+    py: Python<'py>,
+    nodes: usize,
+    kind: &str,
+    batch: i64,
+    size: i64,
+    channels: i64,
+) -> PyResult<Bound<'py, pyo3::types::PyBytes>> {
+    use core::synth::{blocks_for_nodes, graphdef, SynthKind, SynthSpec};
+    let kind = match kind {
+        "residual" => SynthKind::Residual,
+        "transformer" => SynthKind::Transformer,
+        "mixed" => SynthKind::Mixed,
+        _ => {
+            return Err(errors::to_py(
+                py,
+                core::PlanError::InvalidArgument(format!(
+                    "unknown synthetic kind '{kind}': use residual, transformer or mixed"
+                )),
+            ))
+        }
+    };
+    let spec = SynthSpec {
+        kind,
+        blocks: blocks_for_nodes(kind, nodes),
+        batch,
+        size,
+        channels,
+        ..SynthSpec::default()
+    };
+    let bytes = py.detach(|| graphdef(&spec));
+    Ok(pyo3::types::PyBytes::new(py, &bytes))
+}
+
 #[pymodule]
 fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<CoreAnalysis>()?;
@@ -264,6 +301,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(plan, m)?)?;
     m.add_function(wrap_pyfunction!(device_preset, m)?)?;
     m.add_function(wrap_pyfunction!(device_presets, m)?)?;
+    m.add_function(wrap_pyfunction!(synthetic_graphdef, m)?)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())
 }
