@@ -14,6 +14,7 @@ from hybridplan.models import WORKLOADS, Workload, build
 
 SMALL = {
     "small_cnn": {},
+    "small_resnet": {"size": 16, "batch": 4, "blocks": 2},
     "transformer": {"seq": 16, "d_model": 32, "heads": 2, "layers": 2, "vocab": 50},
     "unet3d": {"size": 16, "levels": 3, "base_filters": 4},
     "resnet50": {"size": 32},
@@ -25,6 +26,7 @@ SLOW = {"resnet152"}  # ~25k nodes: 15-25 s to build and trace on 2 cores
 # op types each model must contain (structure, not names)
 SIGNATURE_OPS = {
     "small_cnn": {"Conv2D", "MaxPool", "MatMul"},
+    "small_resnet": {"Conv2D", "AddV2", "Mean", "MatMul"},
     "transformer": {"Einsum", "Softmax", "GatherV2", "UnsortedSegmentSum"},
     "unet3d": {"Conv3D", "MaxPool3D", "Conv3DBackpropInputV2", "ConcatV2"},
     "resnet50": {"Conv2D", "MaxPool", "AddV2", "MatMul"},
