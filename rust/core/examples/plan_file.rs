@@ -45,7 +45,9 @@ fn main() {
         budget,
         ..Default::default()
     };
+    let tn = std::time::Instant::now();
     let planner = Planner::new(&ctx, &opts, &judge);
+    println!("options built in {:?}", tn.elapsed());
     println!(
         "analyze {:?}, liveness peak {} at pos {}",
         t0.elapsed(),

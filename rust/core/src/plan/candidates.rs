@@ -53,7 +53,7 @@ pub fn swap_candidates(
     min_gap: u32,
     min_bytes: u64,
 ) -> Vec<SwapCandidate> {
-    let readers = readers_by_owner(g, s, l);
+    let readers = readers_by_owner(g, s, l, min_bytes);
     let mut out = Vec::new();
     for t in 0..g.num_tensors() as u32 {
         let tt = &g.tensors[t as usize];
@@ -64,7 +64,7 @@ pub fn swap_candidates(
             t,
             tt.bytes,
             l.produce[t as usize],
-            &readers[t as usize],
+            &dedup(readers.of(t)),
             min_gap,
         ) {
             // The copy can start once the tensor read late exists.
@@ -77,21 +77,49 @@ pub fn swap_candidates(
     out
 }
 
-/// (position, reader node, tensor read, position the tensor read is made)
-/// for every reader of every owner, sorted.
-fn readers_by_owner(g: &Graph, s: &Schedule, l: &Liveness) -> Vec<Vec<(u32, u32, u32, u32)>> {
-    let mut r: Vec<Vec<(u32, u32, u32, u32)>> = vec![Vec::new(); g.num_tensors()];
-    for t in 0..g.num_tensors() as u32 {
+/// Readers of every owner: (position, reader node, tensor read, position
+/// the tensor read is made), sorted, in CSR form (`off[o]..off[o + 1]`).
+/// Only owners of at least `min_bytes` get their readers listed.
+struct Readers {
+    off: Vec<u32>,
+    list: Vec<(u32, u32, u32, u32)>,
+}
+
+impl Readers {
+    fn of(&self, o: u32) -> &[(u32, u32, u32, u32)] {
+        &self.list[self.off[o as usize] as usize..self.off[o as usize + 1] as usize]
+    }
+}
+
+fn readers_by_owner(g: &Graph, s: &Schedule, l: &Liveness, min_bytes: u64) -> Readers {
+    let nt = g.num_tensors();
+    let wanted = |o: u32| g.tensors[o as usize].bytes >= min_bytes.max(1);
+    let mut off = vec![0u32; nt + 1];
+    for t in 0..nt as u32 {
         let o = l.owner[t as usize];
-        for &c in g.consumers(t) {
-            r[o as usize].push((s.pos[c as usize], c, t, l.produce[t as usize]));
+        if wanted(o) {
+            off[o as usize + 1] += g.consumers(t).len() as u32;
         }
     }
-    for v in &mut r {
-        v.sort_unstable();
-        v.dedup();
+    for i in 0..nt {
+        off[i + 1] += off[i];
     }
-    r
+    let mut fill = off.clone();
+    let mut list = vec![(0, 0, 0, 0); off[nt] as usize];
+    for t in 0..nt as u32 {
+        let o = l.owner[t as usize];
+        if !wanted(o) {
+            continue;
+        }
+        for &c in g.consumers(t) {
+            list[fill[o as usize] as usize] = (s.pos[c as usize], c, t, l.produce[t as usize]);
+            fill[o as usize] += 1;
+        }
+    }
+    for o in 0..nt {
+        list[off[o] as usize..off[o + 1] as usize].sort_unstable();
+    }
+    Readers { off, list }
 }
 
 fn split_at_gap(
@@ -136,6 +164,16 @@ fn split_at_gap(
         last_early,
         late,
     })
+}
+
+fn dedup(r: &[(u32, u32, u32, u32)]) -> std::borrow::Cow<'_, [(u32, u32, u32, u32)]> {
+    if r.windows(2).all(|w| w[0] != w[1]) {
+        std::borrow::Cow::Borrowed(r)
+    } else {
+        let mut v = r.to_vec();
+        v.dedup();
+        std::borrow::Cow::Owned(v)
+    }
 }
 
 /// Start time of every position and the step's end: `start[p]` is when the

@@ -77,4 +77,5 @@ pub mod options;
 pub mod partition;
 pub mod planner;
 pub mod stab;
+pub mod tflms;
 pub mod trigger;

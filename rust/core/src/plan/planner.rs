@@ -27,6 +27,7 @@ use super::candidates::{swap_candidates, SwapCandidate};
 use super::greedy::{choose, Chosen, Pool};
 use super::options::{recompute_options as unit_options, swap_option, Ctx, RecomputeOpt, SwapOpt};
 use super::partition::partition;
+use super::tflms::{tflms_plan, TflmsParams};
 use super::{Plan, Recompute, Swap, SwapIn};
 use crate::error::{PlanError, Result};
 use crate::graph::NONE;
@@ -80,8 +81,16 @@ pub struct PlanOptions {
     pub lambda: f64,
     /// Bound on greedy rounds of the budget loop.
     pub max_rounds: u32,
-    /// Bound on extra simulations of the hybrid-paper loop.
+    /// Bound on extra simulations of the hybrid-paper loop (lowered on big
+    /// graphs: about 4 * 10^6 simulated nodes in all).
     pub max_evals: u32,
+    /// TFLMS parameters for `swap`: given, the plan is exactly TFLMS's;
+    /// `None`, the swap plan is the better of the greedy and a small grid of
+    /// TFLMS parameters, judged by the simulator.
+    pub tflms: Option<TflmsParams>,
+    /// Graphs with more nodes than this skip the TFLMS grid (each point is
+    /// one simulation).
+    pub grid_max_nodes: usize,
 }
 
 impl Default for PlanOptions {
@@ -94,6 +103,8 @@ impl Default for PlanOptions {
             lambda: 0.1,
             max_rounds: 8,
             max_evals: 32,
+            tflms: None,
+            grid_max_nodes: 200_000,
         }
     }
 }
@@ -175,9 +186,9 @@ impl<'a> Planner<'a> {
             return Ok(self.planned(empty, original, "none"));
         }
         let result = match self.opts.strategy {
-            Strategy::Swap => self.fit(true, false, "swap"),
+            Strategy::Swap => self.swap(),
             Strategy::Recompute => self.fit(false, true, "recompute"),
-            Strategy::HybridPaper => self.fit(true, false, "swap").and_then(|p| self.paper(p)),
+            Strategy::HybridPaper => self.swap().and_then(|p| self.paper(p)),
             Strategy::Hybrid => self.hybrid(),
         };
         result.ok_or_else(|| self.budget_error())
@@ -225,11 +236,65 @@ impl<'a> Planner<'a> {
         };
         consider(self.fit(true, true, "hybrid"));
         consider(self.fit(false, true, "recompute"));
-        consider(self.fit(true, false, "swap").and_then(|p| self.paper(p)));
+        consider(self.swap().and_then(|p| self.paper(p)));
         best.map(|mut p| {
             p.evaluations = self.evals.get();
             p
         })
+    }
+
+    /// The swap plan: TFLMS with the given parameters, or the faster of the
+    /// greedy and a tuned TFLMS.
+    fn swap(&self) -> Option<Planned> {
+        if let Some(p) = self.opts.tflms {
+            return self.tflms(&p);
+        }
+        let mut best = self.fit(true, false, "swap");
+        if self.ctx.g.num_nodes() <= self.opts.grid_max_nodes {
+            for p in self.tflms_grid() {
+                if let Some(t) = self.tflms(&p) {
+                    if best
+                        .as_ref()
+                        .is_none_or(|b| t.verdict.step_time_s < b.verdict.step_time_s)
+                    {
+                        best = Some(t);
+                    }
+                }
+            }
+        }
+        best.map(|mut p| {
+            p.strategy = "swap".into();
+            p.evaluations = self.evals.get();
+            p
+        })
+    }
+
+    fn tflms(&self, p: &TflmsParams) -> Option<Planned> {
+        let plan = tflms_plan(self.ctx.g, self.ctx.s, self.ctx.l, p);
+        let v = self.judge(&plan).ok()?;
+        if v.peak_bytes > self.opts.budget {
+            self.note_fail(v.peak_bytes, "swap");
+            return None;
+        }
+        Some(self.planned(plan, v, "swap"))
+    }
+
+    /// Thresholds from a quarter of the schedule down to none, triggers 1 to
+    /// 32 ops ahead, readers grouped within the same distance.
+    fn tflms_grid(&self) -> Vec<TflmsParams> {
+        let n = self.ctx.s.order.len() as u32;
+        let mut out = Vec::new();
+        for threshold in [n / 4, n / 16, n / 64, 0] {
+            for ahead in [1, 8, 32] {
+                out.push(TflmsParams {
+                    threshold,
+                    ahead,
+                    groupby: ahead,
+                    min_bytes: self.opts.min_bytes,
+                });
+            }
+        }
+        out
     }
 
     /// The budget loop around the greedy.
@@ -260,66 +325,78 @@ impl<'a> Planner<'a> {
 
     /// The published hybrid: replace the swaps of a unit by its recompute,
     /// largest link bytes first, when the simulator says it is faster.
+    /// Units are tried one at a time (the paper) up to `max_evals`
+    /// simulations; beyond that, in equal chunks so the whole list is seen
+    /// within the bound.
     fn paper(&self, start: Planned) -> Option<Planned> {
-        let (mut swaps, recs) = self.decisions_of(&start.plan);
+        let owner = |t: u32| self.ctx.l.owner[t as usize];
+        let order = self.units_by_link_bytes(&start.plan);
+        // At most `max_evals` simulations, fewer on big graphs so that the
+        // loop costs about as much as simulating 4 * 10^6 nodes.
+        let by_size = 4_000_000 / self.ctx.g.num_nodes().max(1);
+        let evals = (self.opts.max_evals as usize).min(by_size).max(2);
+        let chunk = order.len().div_ceil(evals).max(1);
         let mut cur = start;
-        let mut order = self.units_by_link_bytes(&swaps);
-        order.truncate(self.opts.max_evals as usize);
-        let mut recs = recs;
-        for r in order {
-            let rec = &self.recs[r];
-            let swapped: FxHashSet<u32> = swaps.iter().map(|o| self.cands[o.cand].owner).collect();
-            if rec
-                .inputs
-                .iter()
-                .any(|&x| swapped.contains(&self.ctx.l.owner[x as usize]))
-            {
+        let mut freed: FxHashSet<u32> = FxHashSet::default();
+        let mut pinned: FxHashSet<u32> = FxHashSet::default();
+        for group in order.chunks(chunk) {
+            let mut trial = cur.plan.clone();
+            let (mut f, mut p) = (freed.clone(), pinned.clone());
+            for &r in group {
+                let rec = &self.recs[r];
+                let swapped: FxHashSet<u32> = trial.swaps.iter().map(|s| owner(s.tensor)).collect();
+                let usable = rec
+                    .inputs
+                    .iter()
+                    .all(|&x| !swapped.contains(&owner(x)) && !f.contains(&owner(x)))
+                    && rec
+                        .saved
+                        .iter()
+                        .all(|&(t, _)| !f.contains(&t) && !p.contains(&t));
+                if !usable {
+                    continue;
+                }
+                let saved: FxHashSet<u32> = rec.saved.iter().map(|&(t, _)| t).collect();
+                trial.swaps.retain(|s| !saved.contains(&owner(s.tensor)));
+                trial.recomputes.push(self.recompute_of(rec));
+                f.extend(saved);
+                p.extend(rec.inputs.iter().map(|&x| owner(x)));
+            }
+            if trial.recomputes.len() == cur.plan.recomputes.len() {
                 continue;
             }
-            let saved: FxHashSet<u32> = rec.saved.iter().map(|&(t, _)| t).collect();
-            let trial_swaps: Vec<SwapOpt> = swaps
-                .iter()
-                .filter(|o| !saved.contains(&self.cands[o.cand].owner))
-                .cloned()
-                .collect();
-            let mut trial_recs = recs.clone();
-            trial_recs.push(rec.clone());
-            let plan = self.to_plan(&Chosen {
-                swaps: trial_swaps.clone(),
-                recomputes: trial_recs.clone(),
-                model_peak: 0,
-            });
-            let Ok(v) = self.judge(&plan) else { continue };
+            trial
+                .recomputes
+                .sort_by_key(|r| (r.trigger, r.nodes.first().copied().unwrap_or(NONE)));
+            let Ok(v) = self.judge(&trial) else { continue };
             if v.peak_bytes <= self.opts.budget && v.step_time_s < cur.verdict.step_time_s {
-                swaps = trial_swaps;
-                recs = trial_recs;
-                cur = self.planned(plan, v, "hybrid-paper");
+                cur = self.planned(trial, v, "hybrid-paper");
+                (freed, pinned) = (f, p);
             }
         }
         cur.strategy = "hybrid-paper".into();
+        cur.evaluations = self.evals.get();
         Some(cur)
     }
 
-    fn decisions_of(&self, plan: &Plan) -> (Vec<SwapOpt>, Vec<RecomputeOpt>) {
-        let by_tensor: FxHashMap<u32, usize> = self
-            .swaps
-            .iter()
-            .enumerate()
-            .map(|(i, o)| (self.cands[o.cand].tensor, i))
-            .collect();
-        let swaps = plan
-            .swaps
-            .iter()
-            .filter_map(|s| by_tensor.get(&s.tensor).map(|&i| self.swaps[i].clone()))
-            .collect();
-        (swaps, Vec::new())
+    fn recompute_of(&self, r: &RecomputeOpt) -> Recompute {
+        Recompute {
+            nodes: r.clones.clone(),
+            trigger: self.ctx.s.order[r.trigger as usize],
+            consumers: r.consumers.clone(),
+            clone_consumers: vec![],
+        }
     }
 
     /// Recompute options of units with swapped tensors, most swapped bytes first.
-    fn units_by_link_bytes(&self, swaps: &[SwapOpt]) -> Vec<usize> {
-        let swapped: FxHashMap<u32, u64> = swaps
+    fn units_by_link_bytes(&self, plan: &Plan) -> Vec<usize> {
+        let swapped: FxHashMap<u32, u64> = plan
+            .swaps
             .iter()
-            .map(|o| (self.cands[o.cand].owner, self.cands[o.cand].bytes))
+            .map(|s| {
+                let o = self.ctx.l.owner[s.tensor as usize];
+                (o, self.ctx.g.tensors[o as usize].bytes)
+            })
             .collect();
         let mut scored: Vec<(u64, usize)> = Vec::new();
         for (i, r) in self.recs.iter().enumerate() {
@@ -355,16 +432,8 @@ impl<'a> Planner<'a> {
             })
             .collect();
         swaps.sort_by_key(|s| s.tensor);
-        let mut recomputes: Vec<Recompute> = c
-            .recomputes
-            .iter()
-            .map(|r| Recompute {
-                nodes: r.clones.clone(),
-                trigger: order[r.trigger as usize],
-                consumers: r.consumers.clone(),
-                clone_consumers: vec![],
-            })
-            .collect();
+        let mut recomputes: Vec<Recompute> =
+            c.recomputes.iter().map(|r| self.recompute_of(r)).collect();
         recomputes.sort_by_key(|r| (r.trigger, r.nodes.first().copied().unwrap_or(NONE)));
         Plan { swaps, recomputes }
     }

@@ -8,9 +8,12 @@
 //! together cost O((Q + C) log N).
 
 /// Intervals `[lo, hi]` over `0..len`, each with a score (higher is better).
+/// The canonical segment-tree nodes of each interval hold its id; each
+/// node's ids are stored contiguously (CSR), best first.
 pub struct Stab {
     len: usize,
-    lists: Vec<Vec<u32>>,
+    off: Vec<u32>,
+    ids: Vec<u32>,
     cursor: Vec<u32>,
 }
 
@@ -18,44 +21,43 @@ impl Stab {
     /// `intervals[i] = (lo, hi)`; `score[i]` ranks options (ties: lower id).
     pub fn new(len: usize, intervals: &[(u32, u32)], score: &[f64]) -> Self {
         let len = len.max(1);
-        let mut s = Stab {
-            len,
-            lists: vec![Vec::new(); 4 * len],
-            cursor: vec![0; 4 * len],
-        };
-        for (i, &(lo, hi)) in intervals.iter().enumerate() {
+        let mut by_score: Vec<u32> = (0..intervals.len() as u32).collect();
+        by_score.sort_by(|&a, &b| {
+            score[b as usize]
+                .total_cmp(&score[a as usize])
+                .then(a.cmp(&b))
+        });
+        let mut pairs: Vec<(u32, u32)> = Vec::new();
+        for &i in &by_score {
+            let (lo, hi) = intervals[i as usize];
             if lo <= hi && (lo as usize) < len {
-                s.insert(
+                insert(
+                    &mut pairs,
                     1,
                     0,
                     len - 1,
                     lo as usize,
                     (hi as usize).min(len - 1),
-                    i as u32,
+                    i,
                 );
             }
         }
-        for l in &mut s.lists {
-            l.sort_by(|&a, &b| {
-                score[b as usize]
-                    .total_cmp(&score[a as usize])
-                    .then(a.cmp(&b))
-            });
+        // Stable by node: within a node, ids stay in score order.
+        pairs.sort_by_key(|&(node, _)| node);
+        let mut off = vec![0u32; 4 * len + 1];
+        for &(node, _) in &pairs {
+            off[node as usize + 1] += 1;
         }
-        s
-    }
-
-    fn insert(&mut self, node: usize, nlo: usize, nhi: usize, lo: usize, hi: usize, id: u32) {
-        if hi < nlo || nhi < lo {
-            return;
+        for k in 0..4 * len {
+            off[k + 1] += off[k];
         }
-        if lo <= nlo && nhi <= hi {
-            self.lists[node].push(id);
-            return;
+        let ids = pairs.into_iter().map(|(_, id)| id).collect();
+        Stab {
+            len,
+            cursor: off[..4 * len].to_vec(),
+            off,
+            ids,
         }
-        let mid = (nlo + nhi) / 2;
-        self.insert(2 * node, nlo, mid, lo, hi, id);
-        self.insert(2 * node + 1, mid + 1, nhi, lo, hi, id);
     }
 
     /// The best option covering `p` for which `valid` holds. Options found
@@ -73,12 +75,13 @@ impl Stab {
         let (mut node, mut lo, mut hi) = (1usize, 0usize, self.len - 1);
         let mut best: Option<u32> = None;
         loop {
-            let list = &self.lists[node];
+            let end = self.off[node + 1];
             let cur = &mut self.cursor[node];
-            while (*cur as usize) < list.len() && !valid(list[*cur as usize]) {
+            while *cur < end && !valid(self.ids[*cur as usize]) {
                 *cur += 1;
             }
-            if let Some(&id) = list.get(*cur as usize) {
+            if *cur < end {
+                let id = self.ids[*cur as usize];
                 let better = best.is_none_or(|b| {
                     score[id as usize] > score[b as usize]
                         || (score[id as usize] == score[b as usize] && id < b)
@@ -100,6 +103,27 @@ impl Stab {
             }
         }
     }
+}
+
+fn insert(
+    out: &mut Vec<(u32, u32)>,
+    node: usize,
+    nlo: usize,
+    nhi: usize,
+    lo: usize,
+    hi: usize,
+    id: u32,
+) {
+    if hi < nlo || nhi < lo {
+        return;
+    }
+    if lo <= nlo && nhi <= hi {
+        out.push((node as u32, id));
+        return;
+    }
+    let mid = (nlo + nhi) / 2;
+    insert(out, 2 * node, nlo, mid, lo, hi, id);
+    insert(out, 2 * node + 1, mid + 1, nhi, lo, hi, id);
 }
 
 #[cfg(test)]

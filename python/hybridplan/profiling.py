@@ -1,0 +1,403 @@
+"""Measure the op times of a real training step: ``profile(traced, batches) -> Profile``.
+
+:func:`profile` runs the step in a ``tf.compat.v1.Session`` on copies of the variables
+(the same set-up as :func:`hybridplan.measuring.measure`: two logical CPU devices by
+default, the caller's weights untouched). Traced steps (``RunOptions(trace_level=
+FULL_TRACE)``) alternate with untimed warm-up and timed untraced steps; from the traced
+steps' ``step_stats.dev_stats[].node_stats`` every executed node gives one time,
+``op_end_rel_micros`` (from the moment the executor started the node, ``all_start_micros``,
+to the end of its kernel), which is mapped back to the GraphDef node of the same name and
+reduced to the median over the traced steps. ``Profile.times`` is what
+``hybridplan.plan(..., profile=...)`` takes: ``{GraphDef node index: seconds}``.
+
+How executed nodes map back to GraphDef nodes:
+
+- **Import scope.** The Session imports the GraphDef under the scope ``step``, so node
+  ``n`` runs as ``step/n``; the prefix is removed. Nodes Grappler adds
+  (``ConstantFolding/step/.../ShapeN-matshapes-0``, ``ArithmeticOptimizer/...``) are
+  charged to the GraphDef node whose name they extend (the longest GraphDef name that
+  the executed name, without the optimizer's prefix, starts with at a ``/``, ``-`` or
+  ``_`` boundary); the rest are listed in :attr:`Profile.unmapped`.
+- **oneDNN renames ops, not nodes** (``MatMul`` runs as ``_MklMatMul``...): mapping is
+  by node name only.
+- **Fusion.** Grappler's remapper replaces a chain such as ``MatMul -> BiasAdd [-> Relu]``
+  (or ``Conv2D -> BiasAdd -> Relu``, the decomposed ``LayerNorm``, ``BatchMatMul -> Mul``)
+  by one kernel (``_MklNativeFusedMatMul``, ``_FusedConv2D``, ``_MklLayerNorm``...) that
+  carries the name of the LAST node of the chain; the other nodes of the chain do not run.
+  The absorbed nodes are found by walking back from the fused node along GraphDef data
+  edges through nodes that did not run, stopping at the fused kernel's real inputs
+  (read from its ``timeline_label``) and at nodes that ran. The fused time is split over
+  the chain in proportion to a FLOP count from the shapes (``2 * out * K`` for a
+  convolution or matrix product, one per output element for the rest, 0 for
+  buffer-forwarding ops), so the contraction gets nearly all of it and the sum is kept.
+  :attr:`Profile.fused` lists each fused node with the nodes it absorbed.
+- **Nodes that do not run.** GraphDef nodes with a data input that neither ran nor were
+  absorbed were removed by Grappler (``Identity`` forwarding, common-subexpression
+  elimination, arithmetic rewrites); they get 0 s in :attr:`Profile.times` (they cost
+  nothing in the real step) and are listed in :attr:`Profile.removed`. Constant-folded
+  nodes still run, as ``Const``, under their own name, and are timed.
+
+Caveats (see ``docs/accuracy.md``): times are whole microseconds (the trace's
+resolution: ops under 1 us read 0 or 1 us); the trace adds some overhead per op, so the
+serial sum of the times of a graph of many tiny ops exceeds its untraced step time; and
+TensorFlow's executor runs independent ops concurrently (inter-op thread pool), which a
+single compute stream, as the simulator models, does not.
+
+Example::
+
+    prof = profile(traced, workload.batch, steps=3)
+    p = hybridplan.plan(traced, budget, device="cpu", profile=prof.times)
+    p.report["original"]["step_time_s"], prof.step_time
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import statistics
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from .errors import InvalidArgumentError
+from .measuring import Batches, _batch_source, _runner, _session_graph
+
+__all__ = ["Profile", "profile"]
+
+#: The import scope of the Session graph (see ``measuring._session_graph``).
+_SCOPE = "step"
+#: ``[allocator ...] name = Op(in0, in1, ...)``; the bracket is present when the node
+#: allocated memory.
+_LABEL = re.compile(r"^(?:\[[^\]]*\]\s*)?(?P<name>\S+) = (?P<op>[^(\s]+)\((?P<inputs>.*)\)\s*$")
+#: Ops whose output is their input's buffer: no work of their own inside a fused kernel.
+_FORWARDING = {
+    "Identity",
+    "IdentityN",
+    "Reshape",
+    "Squeeze",
+    "ExpandDims",
+    "StopGradient",
+    "Snapshot",
+    "EnsureShape",
+}
+#: Executed op types that replace one node without absorbing others: a constant-folded
+#: node runs as ``Const`` (its folded inputs do not run: they count as removed); the
+#: arithmetic optimizer turns a division by a constant into a ``Mul``.
+_NOT_FUSION = {"Const", "HostConst", "Mul", "Identity", "Snapshot", "NoOp"}
+_CONTRACTIONS = {"MatMul", "BatchMatMul", "BatchMatMulV2", "BatchMatMulV3"}
+_CONVOLUTIONS = {"Conv2D", "Conv3D", "DepthwiseConv2dNative", "Conv2DBackpropInput"}
+
+
+@dataclass(frozen=True)
+class Profile:
+    """Measured op times of one training step (see :func:`profile`).
+
+    Attributes:
+        times: ``{GraphDef node index: seconds}``, the median over the traced steps, for
+            every node that ran (directly or inside a fused kernel), plus 0.0 for the
+            nodes Grappler removed. Pass it as ``hybridplan.plan(..., profile=times)``.
+        step_time: median wall seconds of one untraced ``Session.run`` of the step.
+        step_times: wall seconds of each untraced step.
+        traced_spans: seconds from the first node start to the last node end of each
+            traced step.
+        coverage: fraction of the GraphDef's compute nodes (nodes with at least one data
+            input) that were timed, directly or through a fused kernel.
+        measured: GraphDef indices of the nodes that ran under their own name.
+        fused: ``{fused node index: absorbed node indices}`` for every fused kernel.
+        kernels: ``{node index: executed op type}`` where it differs from the GraphDef
+            op (oneDNN and remapper rewrites).
+        removed: GraphDef indices of compute nodes that did not run (0 s in ``times``).
+        unmapped: ``{executed node name: median seconds}`` of nodes with no GraphDef
+            counterpart (the runtime's ``_SOURCE``, ``_Arg``, ``_Retval``, the copied
+            variables...).
+    """
+
+    times: dict[int, float]
+    step_time: float
+    step_times: list[float]
+    traced_spans: list[float]
+    coverage: float
+    measured: frozenset[int] = frozenset()
+    fused: dict[int, list[int]] = field(default_factory=dict)
+    kernels: dict[int, str] = field(default_factory=dict)
+    removed: frozenset[int] = frozenset()
+    unmapped: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def serial_time(self) -> float:
+        """Sum of :attr:`times`: the step time of one serial compute stream."""
+        return math.fsum(self.times.values())
+
+    @property
+    def traced_span(self) -> float:
+        """Median of :attr:`traced_spans`."""
+        return statistics.median(self.traced_spans) if self.traced_spans else float("nan")
+
+    def __repr__(self) -> str:
+        return (
+            f"Profile(nodes timed={len(self.times) - len(self.removed)}, "
+            f"coverage={self.coverage:.2f}, serial={self.serial_time * 1e3:.3f} ms, "
+            f"step={self.step_time * 1e3:.3f} ms, fused={len(self.fused)})"
+        )
+
+
+def profile(
+    traced: Any,
+    batches: Batches,
+    steps: int = 3,
+    graph_def: Any = None,
+    *,
+    warmup: int = 2,
+    num_cpus: int = 2,
+) -> Profile:
+    """Measures the per-node op times of a training step on the current machine.
+
+    Args:
+        traced: the :class:`~hybridplan.tracing.Traced` step.
+        batches: a sequence of ``(x, y, ...)`` tuples used in turn, or a callable
+            ``seed -> (x, y, ...)`` such as ``Workload.batch``.
+        steps: traced steps (times are their median), and as many timed untraced steps,
+            run alternately with them.
+        graph_def: the GraphDef to profile (e.g. a rewritten one); ``traced.graph_def``
+            when None. Keys of :attr:`Profile.times` index its nodes. Never mutated.
+        warmup: untraced steps first (Grappler, oneDNN primitive creation, allocator
+            growth happen there and would otherwise inflate the first times).
+        num_cpus: logical CPU devices of the Session (2: device and host, as
+            :func:`~hybridplan.measuring.measure` uses).
+
+    Returns:
+        A :class:`Profile`. The caller's variables are left untouched.
+
+    Raises:
+        InvalidArgumentError: ``steps`` < 1, ``warmup`` < 0, or no batches.
+        InvalidGraphError: TensorFlow rejects the GraphDef.
+
+    Example::
+
+        prof = profile(traced, workload.batch)
+        hybridplan.plan(traced, budget, device="cpu", profile=prof.times)
+    """
+    import tensorflow as tf
+
+    if steps < 1:
+        raise InvalidArgumentError(f"steps must be >= 1, got {steps}")
+    if warmup < 0:
+        raise InvalidArgumentError(f"warmup must be >= 0, got {warmup}")
+    batch_at = _batch_source(batches)
+    source = traced.graph_def if graph_def is None else graph_def
+    graph, feeds, fetches, init = _session_graph(traced, source)
+    config = tf.compat.v1.ConfigProto(device_count={"CPU": num_cpus}, allow_soft_placement=True)
+    options = tf.compat.v1.RunOptions(trace_level=tf.compat.v1.RunOptions.FULL_TRACE)
+
+    stats = []
+    wall: list[float] = []
+    losses: list[Any] = []
+    with tf.compat.v1.Session(graph=graph, config=config) as sess:
+        sess.run(init)
+        run = _runner(sess, feeds, fetches, batch_at, traced.loss_index, losses)
+        for s in range(warmup):
+            run(s, None)
+        for k in range(steps):
+            seed = warmup + 2 * k
+            stats.append(run(seed, options).step_stats)
+            t0 = time.perf_counter()
+            run(seed + 1, None)
+            wall.append(time.perf_counter() - t0)
+    return _profile_from_stats(source, stats, wall)
+
+
+# --------------------------------------------------------------------------- attribution
+
+
+@dataclass
+class _Executed:
+    """One executed node of one traced step."""
+
+    seconds: float
+    op: str
+    inputs: list[str]
+
+
+def _parse_step(step_stats: Any) -> tuple[dict[str, _Executed], float]:
+    """Executed nodes of one step by name (times of repeated names add up) and its span."""
+    out: dict[str, _Executed] = {}
+    first, last = math.inf, -math.inf
+    for dev in step_stats.dev_stats:
+        for ns in dev.node_stats:
+            seconds = max(ns.op_end_rel_micros, 0) / 1e6
+            first = min(first, ns.all_start_micros)
+            last = max(last, ns.all_start_micros + max(ns.all_end_rel_micros, ns.op_end_rel_micros))
+            m = _LABEL.match(ns.timeline_label)
+            op = m.group("op") if m else ""
+            inputs = _split_inputs(m.group("inputs")) if m else []
+            prev = out.get(ns.node_name)
+            if prev is None:
+                out[ns.node_name] = _Executed(seconds, op, inputs)
+            else:
+                prev.seconds += seconds
+    span = (last - first) / 1e6 if out else 0.0
+    return out, span
+
+
+def _split_inputs(text: str) -> list[str]:
+    return [s.strip().split(":")[0].lstrip("^") for s in text.split(",") if s.strip()]
+
+
+def _strip_scope(name: str) -> str:
+    prefix = f"{_SCOPE}/"
+    return name[len(prefix) :] if name.startswith(prefix) else name
+
+
+def _map_name(name: str, index: dict[str, int]) -> int | None:
+    """GraphDef index of an executed node name, or None.
+
+    The name without the import scope first; then, for a node Grappler made
+    (``ConstantFolding/step/<node>-matshapes-0``, ``step/<node>/unary_ops_composition``),
+    the longest GraphDef name that it starts with at a ``/``, ``-`` or ``_`` boundary,
+    after the optimizer's own prefix.
+    """
+    base = _strip_scope(name)
+    if base in index:
+        return index[base]
+    at = name.find(f"/{_SCOPE}/")
+    rest = name[at + len(_SCOPE) + 2 :] if at >= 0 else base
+    if rest in index:
+        return index[rest]
+    cut = len(rest)
+    while True:
+        cut = max(rest.rfind(sep, 0, cut) for sep in "/-_")
+        if cut <= 0:
+            return None
+        if rest[:cut] in index:
+            return index[rest[:cut]]
+
+
+def _normalise_op(op: str) -> str:
+    for prefix in ("_MklNative", "_Mkl"):
+        if op.startswith(prefix):
+            return op[len(prefix) :]
+    return op
+
+
+def _shapes(node: Any) -> list[list[int]]:
+    attr = node.attr.get("_output_shapes")
+    if attr is None:
+        return []
+    return [[max(d.size, 0) for d in s.dim] for s in attr.list.shape]
+
+
+def _elements(shape: list[int]) -> int:
+    return math.prod(shape) if shape else 1
+
+
+def _flop_weight(node: Any, producer_shape: Any) -> float:
+    """FLOPs of a node from shapes alone, to split a fused kernel's time."""
+    op = node.op
+    if op in _FORWARDING:
+        return 0.0
+    outs = _shapes(node)
+    out = _elements(outs[0]) if outs else 1
+    data = [i for i in node.input if not i.startswith("^")]
+    if op in _CONTRACTIONS and data:
+        a = producer_shape(data[0])
+        if a and len(a) >= 2:
+            transposed = node.attr["transpose_a"].b or node.attr["adj_x"].b
+            return 2.0 * out * a[-2 if transposed else -1]
+    if op in _CONVOLUTIONS and len(data) >= 2:
+        f = producer_shape(data[1])
+        if f and len(f) >= 3:
+            per_out = _elements(f[:-2]) if op == "DepthwiseConv2dNative" else _elements(f[:-1])
+            return 2.0 * out * per_out
+    return float(out)
+
+
+def _profile_from_stats(source: Any, stats: list[Any], wall: list[float]) -> Profile:
+    nodes = list(source.node)
+    index = {n.name: i for i, n in enumerate(nodes)}
+    steps = [_parse_step(s) for s in stats]
+
+    # Median per GraphDef node over the steps; the last step's labels for fusion.
+    per_node: dict[int, list[float]] = {}
+    unmapped_lists: dict[str, list[float]] = {}
+    label_of: dict[int, _Executed] = {}
+    for executed, _ in steps:
+        seen: dict[int, float] = {}
+        for name, e in executed.items():
+            v = _map_name(name, index)
+            if v is None:
+                unmapped_lists.setdefault(name, []).append(e.seconds)
+                continue
+            seen[v] = seen.get(v, 0.0) + e.seconds
+            if _strip_scope(name) == nodes[v].name:
+                label_of[v] = e
+        for v, s in seen.items():
+            per_node.setdefault(v, []).append(s)
+    ran = {v: statistics.median(ts) for v, ts in per_node.items()}
+    measured = frozenset(v for v in ran if v in label_of)
+
+    def producer(ref: str) -> int | None:
+        return index.get(ref.lstrip("^").split(":")[0])
+
+    def producer_shape(ref: str) -> list[int] | None:
+        p = producer(ref)
+        if p is None:
+            return None
+        k = int(ref.split(":")[1]) if ":" in ref else 0
+        shapes = _shapes(nodes[p])
+        return shapes[k] if k < len(shapes) else None
+
+    times = dict(ran)
+    fused: dict[int, list[int]] = {}
+    kernels: dict[int, str] = {}
+    absorbed_by: dict[int, int] = {}
+    for v in sorted(label_of):
+        e = label_of[v]
+        if not e.op or _normalise_op(e.op) == nodes[v].op:
+            continue
+        kernels[v] = e.op
+        if e.op in _NOT_FUSION:
+            continue  # constant folded, or an arithmetic rewrite of the node alone
+        stop = {index.get(_strip_scope(i)) for i in e.inputs}
+        group: list[int] = []
+        stack = [v]
+        while stack:
+            u = stack.pop()
+            for ref in nodes[u].input:
+                if ref.startswith("^"):
+                    continue
+                p = producer(ref)
+                if p is None or p in stop or p in ran or p in absorbed_by or p == v:
+                    continue
+                if not any(not i.startswith("^") for i in nodes[p].input):
+                    continue  # a source: nothing to run
+                absorbed_by[p] = v
+                group.append(p)
+                stack.append(p)
+        if not group:
+            continue
+        members = [v, *sorted(group)]
+        weights = [_flop_weight(nodes[u], producer_shape) for u in members]
+        total = math.fsum(weights)
+        share = [w / total for w in weights] if total > 0 else [1.0] + [0.0] * len(group)
+        whole = ran[v]
+        for u, f in zip(members, share, strict=True):
+            times[u] = whole * f
+        fused[v] = members[1:]
+
+    compute = [i for i, n in enumerate(nodes) if any(not r.startswith("^") for r in n.input)]
+    removed = frozenset(i for i in compute if i not in times)
+    timed = sum(1 for i in compute if i in times)
+    for i in removed:
+        times[i] = 0.0
+    return Profile(
+        times=times,
+        step_time=statistics.median(wall) if wall else float("nan"),
+        step_times=list(wall),
+        traced_spans=[span for _, span in steps],
+        coverage=timed / len(compute) if compute else 0.0,
+        measured=measured,
+        fused=fused,
+        kernels=kernels,
+        removed=removed,
+        unmapped={k: statistics.median(v) for k, v in sorted(unmapped_lists.items())},
+    )
