@@ -81,9 +81,10 @@ def _median_parts(runs: list[dict[str, float]]) -> dict[str, float]:
 
 def child_synthetic(nodes: int, kind: str, repeat: int) -> dict[str, Any]:
     """Times every part on one synthetic size; runs in its own process."""
+    from tensorflow.core.framework import graph_pb2
+
     import hybridplan
     from hybridplan.rewriting import rewrite_with_summary
-    from tensorflow.core.framework import graph_pb2
 
     rss_base = _rss_mib()
     data = hybridplan.synthetic_graphdef(nodes, kind)
@@ -135,10 +136,11 @@ def child_synthetic(nodes: int, kind: str, repeat: int) -> dict[str, Any]:
 
 def child_resnet(repeat: int) -> dict[str, Any]:
     """Traces ResNet-152 once and times ``apply`` on the traced step."""
+    from tensorflow.core.framework import graph_pb2
+
     import hybridplan
     from hybridplan import models
     from hybridplan.rewriting import rewrite_with_summary
-    from tensorflow.core.framework import graph_pb2
 
     rss_base = _rss_mib()
     t_trace, traced = _timed(lambda: models.resnet152(size=224, batch=2).trace())

@@ -1,0 +1,190 @@
+//! Properties of the planners on random training-shaped graphs: a returned
+//! plan never exceeds its budget in the simulator, `hybrid` is never slower
+//! than `swap` or `hybrid-paper`, plans are deterministic, and a budget no
+//! plan meets is a `Budget` error naming a reachable peak above it.
+
+use hybridplan_core::api::{plan_analysis, Outcome};
+use hybridplan_core::build::BuildOptions;
+use hybridplan_core::device::{preset, DeviceModel};
+use hybridplan_core::plan::planner::{PlanOptions, Strategy};
+use hybridplan_core::plan::tflms::TflmsParams;
+use hybridplan_core::synth::{graphdef, SynthKind, SynthSpec};
+use hybridplan_core::{analyze, Analysis, PlanError};
+use proptest::prelude::*;
+
+fn graph(kind: SynthKind, blocks: usize, batch: i64, size: i64) -> Analysis {
+    let spec = SynthSpec {
+        kind,
+        blocks,
+        batch,
+        size,
+        channels: 32,
+        ..SynthSpec::default()
+    };
+    analyze(&graphdef(&spec), &BuildOptions::default()).unwrap()
+}
+
+fn slow_link(mut d: DeviceModel, gbps: f64) -> DeviceModel {
+    d.h2d_bandwidth = gbps * 1e9;
+    d.d2h_bandwidth = gbps * 1e9;
+    d
+}
+
+fn run(a: &Analysis, dev: &DeviceModel, s: Strategy, budget: u64) -> Result<Outcome, PlanError> {
+    let opts = PlanOptions {
+        strategy: s,
+        budget,
+        min_bytes: 1024,
+        ..PlanOptions::default()
+    };
+    plan_analysis(a, dev, &opts, &[])
+}
+
+fn kind() -> impl Strategy_<Value = SynthKind> {
+    prop_oneof![
+        Just(SynthKind::Residual),
+        Just(SynthKind::Transformer),
+        Just(SynthKind::Mixed)
+    ]
+}
+use proptest::strategy::Strategy as Strategy_;
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 24, ..ProptestConfig::default() })]
+
+    #[test]
+    fn plans_fit_and_hybrid_is_never_slower(
+        k in kind(), blocks in 1usize..5, batch in 1i64..9, size in 4i64..24,
+        fraction in 0.3f64..0.95, gbps in prop_oneof![Just(0.5), Just(5.0), Just(60.0)],
+    ) {
+        let a = graph(k, blocks, batch, size);
+        let dev = slow_link(preset("v100-nvlink2").unwrap(), gbps);
+        let act = a.liveness.peak_bytes - a.graph.persistent_bytes;
+        let budget = a.graph.persistent_bytes + (act as f64 * fraction) as u64;
+        let mut times = Vec::new();
+        for s in [Strategy::Swap, Strategy::Recompute, Strategy::HybridPaper, Strategy::Hybrid] {
+            match run(&a, &dev, s, budget) {
+                Ok(o) => {
+                    prop_assert!(o.planned.peak_bytes <= budget, "{s:?}: {} > {budget}", o.planned.peak_bytes);
+                    prop_assert_eq!(o.report.planned.peak_bytes, o.planned.peak_bytes);
+                    times.push((s, Some(o.planned.step_time_s)));
+                }
+                Err(PlanError::Budget { best_peak, .. }) => {
+                    prop_assert!(best_peak > budget);
+                    times.push((s, None));
+                }
+                Err(e) => prop_assert!(false, "{s:?}: unexpected error {e}"),
+            }
+        }
+        let t = |s: Strategy| times.iter().find(|x| x.0 == s).unwrap().1;
+        if let Some(h) = t(Strategy::Hybrid) {
+            for other in [Strategy::Swap, Strategy::Recompute, Strategy::HybridPaper] {
+                if let Some(o) = t(other) {
+                    prop_assert!(h <= o * (1.0 + 1e-12), "hybrid {h} slower than {other:?} {o}");
+                }
+            }
+        } else {
+            for other in [Strategy::Swap, Strategy::Recompute, Strategy::HybridPaper] {
+                prop_assert!(t(other).is_none(), "{other:?} fits where hybrid does not");
+            }
+        }
+        if let (Some(p), Some(s)) = (t(Strategy::HybridPaper), t(Strategy::Swap)) {
+            prop_assert!(p <= s * (1.0 + 1e-12));
+        }
+    }
+}
+
+#[test]
+fn plans_are_deterministic() {
+    let a = graph(SynthKind::Residual, 3, 8, 16);
+    let dev = slow_link(preset("v100-nvlink2").unwrap(), 2.0);
+    let budget =
+        a.graph.persistent_bytes + (a.liveness.peak_bytes - a.graph.persistent_bytes) * 4 / 5;
+    let one = run(&a, &dev, Strategy::Hybrid, budget).unwrap();
+    assert!(!one.plan.is_empty());
+    let two = run(&a, &dev, Strategy::Hybrid, budget).unwrap();
+    assert_eq!(one.plan, two.plan);
+    assert_eq!(
+        serde_json::to_string(&one.report).unwrap(),
+        serde_json::to_string(&two.report).unwrap()
+    );
+}
+
+#[test]
+fn an_unreachable_budget_names_the_smallest_peak() {
+    let a = graph(SynthKind::Residual, 2, 4, 8);
+    let dev = preset("v100-nvlink2").unwrap();
+    let budget = a.graph.persistent_bytes + 1;
+    match run(&a, &dev, Strategy::Hybrid, budget) {
+        Err(PlanError::Budget {
+            best_peak,
+            budget: b,
+            ..
+        }) => {
+            assert_eq!(b, budget);
+            assert!(best_peak > budget && best_peak <= a.liveness.peak_bytes);
+        }
+        other => panic!(
+            "expected a budget error, got {:?}",
+            other.map(|o| o.report.planned)
+        ),
+    }
+    match run(&a, &dev, Strategy::Hybrid, a.graph.persistent_bytes - 1) {
+        Err(PlanError::Budget { best_peak, .. }) => assert_eq!(best_peak, a.graph.persistent_bytes),
+        other => panic!(
+            "expected a budget error, got {:?}",
+            other.map(|o| o.report.planned)
+        ),
+    }
+}
+
+#[test]
+fn a_fitting_step_gets_an_empty_plan() {
+    let a = graph(SynthKind::Transformer, 2, 2, 8);
+    let o = run(
+        &a,
+        &preset("h100-pcie5").unwrap(),
+        Strategy::Hybrid,
+        a.liveness.peak_bytes,
+    )
+    .unwrap();
+    assert!(o.plan.is_empty());
+    assert_eq!(o.report.strategy, "none");
+}
+
+#[test]
+fn tflms_with_parameters_is_exactly_tflms() {
+    let a = graph(SynthKind::Residual, 3, 8, 16);
+    let dev = preset("v100-nvlink2").unwrap();
+    let p = TflmsParams {
+        threshold: 10,
+        ahead: 3,
+        groupby: 5,
+        min_bytes: 1 << 16,
+    };
+    let expect = hybridplan_core::plan::tflms::tflms_plan(&a.graph, &a.schedule, &a.liveness, &p);
+    assert!(!expect.swaps.is_empty());
+    let opts = PlanOptions {
+        strategy: Strategy::Swap,
+        budget: a.liveness.peak_bytes - 1,
+        tflms: Some(p),
+        ..PlanOptions::default()
+    };
+    let o = plan_analysis(&a, &dev, &opts, &[]).unwrap();
+    assert_eq!(o.plan, expect);
+    for s in &expect.swaps {
+        let produce = a.schedule.pos[a.graph.tensors[s.tensor as usize].node as usize];
+        assert!(a.graph.tensors[s.tensor as usize].bytes >= 1 << 16);
+        for i in &s.ins {
+            let first = i
+                .consumers
+                .iter()
+                .map(|&c| a.schedule.pos[c as usize])
+                .min()
+                .unwrap();
+            assert!(first - produce > 10);
+            let trig = a.schedule.pos[i.trigger as usize];
+            assert!(trig < first, "trigger after its reader");
+        }
+    }
+}

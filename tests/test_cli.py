@@ -1,0 +1,147 @@
+"""The command line: commands, outputs, exit codes, atomic writes."""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import subprocess
+import sys
+
+import pytest
+from tensorflow.core.framework import graph_pb2
+
+import hybridplan
+from hybridplan import _files
+from hybridplan.cli import EXIT_BAD_INPUT, EXIT_BUDGET, main
+
+FIXTURE = pathlib.Path(__file__).parents[1] / "rust/core/tests/fixtures/small_cnn.pb"
+
+
+@pytest.fixture(scope="module")
+def synth(tmp_path_factory):
+    path = tmp_path_factory.mktemp("g") / "synth.pb"
+    path.write_bytes(hybridplan.synthetic_graphdef(5_000, "residual", batch=4, size=16))
+    a = hybridplan.analyze(path)
+    half = a.persistent_bytes + (a.peak_bytes - a.persistent_bytes) // 2
+    return path, a, half
+
+
+def test_analyze(capsys):
+    assert main(["analyze", str(FIXTURE), "--top", "3"]) == 0
+    out = capsys.readouterr().out
+    assert "peak:" in out and "persistent:" in out and "forward" in out
+    assert out.count("float32") >= 3
+
+
+def test_plan_writes_graph_json_and_report(synth, tmp_path, capsys):
+    path, a, half = synth
+    out, js, rep = tmp_path / "out.pb", tmp_path / "plan.json", tmp_path / "rep"
+    code = main(
+        [
+            "plan",
+            str(path),
+            "--budget",
+            str(half),
+            "--device",
+            "a100-pcie4",
+            "-o",
+            str(out),
+            "--json",
+            str(js),
+            "--report",
+            str(rep),
+        ]
+    )
+    assert code == 0
+    text = capsys.readouterr().out
+    assert "peak device memory" in text and "predicted step time" in text
+    gd = graph_pb2.GraphDef.FromString(out.read_bytes())
+    assert len(gd.node) > a.num_nodes
+    plan = hybridplan.Plan.load(js)
+    assert plan.planned.peak_bytes <= half
+    for f in ("report.html", "memory.png", "streams.png", "plan.json"):
+        assert (rep / f).stat().st_size > 1000
+    assert (rep / "memory.png").read_bytes()[:4] == b"\x89PNG"
+    assert "<img" in (rep / "report.html").read_text()
+
+
+def test_compare_lists_every_strategy(synth, capsys):
+    path, _, half = synth
+    assert main(["compare", str(path), "--budget", str(half), "--device", "h100-pcie5"]) == 0
+    head = capsys.readouterr().out.splitlines()[1]
+    for s in hybridplan.STRATEGIES:
+        assert s in head
+
+
+def test_unreachable_budget_exits_5_and_writes_nothing(synth, tmp_path, capsys):
+    path, a, _ = synth
+    out = tmp_path / "out.pb"
+    code = main(["plan", str(path), "--budget", str(a.persistent_bytes + 1), "-o", str(out)])
+    assert code == EXIT_BUDGET
+    err = capsys.readouterr().err
+    assert err.startswith("hybridplan: error:") and "raise the budget" in err
+    assert len(err.strip().splitlines()) == 1
+    assert not out.exists() and list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize(
+    ("args", "match"),
+    [
+        (["analyze", "/no/such/graph.pb"], "no such file"),
+        (["plan", str(FIXTURE), "--budget", "lots"], "not a size"),
+        (["plan", str(FIXTURE), "-o", "/no/such/dir/out.pb"], "does not exist"),
+        (["plan", str(FIXTURE), "--device", "abacus"], "unknown device"),
+        (["trace", "alexnet", "-o", "x.pb"], "unknown model"),
+    ],
+)
+def test_bad_input_exits_3_with_one_line(args, match, capsys):
+    assert main(args) == EXIT_BAD_INPUT
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1
+    assert match in err.lower()
+
+
+def test_garbage_and_unreadable_files(tmp_path, capsys):
+    junk = tmp_path / "junk.pb"
+    junk.write_bytes(b"\xff\x00 this is not a graph")
+    assert main(["analyze", str(junk)]) == EXIT_BAD_INPUT
+    assert "GraphDef" in capsys.readouterr().err
+    if os.geteuid() != 0:  # root reads anything
+        locked = tmp_path / "locked.pb"
+        locked.write_bytes(FIXTURE.read_bytes())
+        locked.chmod(0)
+        assert main(["analyze", str(locked)]) == EXIT_BAD_INPUT
+
+
+def test_text_graphdef(tmp_path, capsys):
+    txt = tmp_path / "g.pbtxt"
+    txt.write_text(str(graph_pb2.GraphDef.FromString(FIXTURE.read_bytes())))
+    assert main(["analyze", str(txt)]) == 0
+
+
+def test_trace_writes_a_graph(tmp_path):
+    out = tmp_path / "cnn.pb"
+    assert main(["trace", "small_cnn", "--size", "16", "--batch", "2", "-o", str(out)]) == 0
+    a = hybridplan.analyze(out)
+    assert a.phases["backward"] > 0 and a.phases["update"] > 0
+
+
+def test_interrupted_write_leaves_no_partial_file(tmp_path, monkeypatch):
+    target = tmp_path / "out.pb"
+
+    def boom(fd):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(_files.os, "fsync", boom)
+    with pytest.raises(OSError):
+        _files.atomic_write(target, b"x" * 10_000)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_console_script_help_and_exit_codes():
+    exe = [sys.executable, "-m", "hybridplan.cli"]
+    for cmd in ([], ["plan"], ["analyze"], ["compare"], ["trace"], ["demo"]):
+        r = subprocess.run([*exe, *cmd, "--help"], capture_output=True, text=True, timeout=60)
+        assert r.returncode == 0 and "usage" in r.stdout
+    r = subprocess.run([*exe, "frobnicate"], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2

@@ -1,0 +1,165 @@
+"""hybridplan.plan: budgets, devices, strategies, the plan format (no TensorFlow run)."""
+
+from __future__ import annotations
+
+import json
+import math
+import pathlib
+
+import pytest
+
+import hybridplan
+from hybridplan.planning import parse_bytes
+
+FIXTURE = pathlib.Path(__file__).parents[1] / "rust/core/tests/fixtures/small_cnn.pb"
+
+
+@pytest.fixture(scope="module")
+def synth():
+    data = hybridplan.synthetic_graphdef(10_000, "mixed", batch=4, size=16)
+    a = hybridplan.analyze(data)
+    return data, a
+
+
+@pytest.mark.parametrize(
+    ("text", "value"),
+    [
+        ("16GiB", 16 * 2**30),
+        ("32GB", 32 * 10**9),
+        ("1.5 GiB", int(1.5 * 2**30)),
+        ("500MiB", 500 * 2**20),
+        ("123", 123),
+        (4096, 4096),
+        (1e9, 10**9),
+    ],
+)
+def test_parse_bytes(text, value):
+    assert parse_bytes(text) == value
+
+
+@pytest.mark.parametrize(
+    "bad", [0, -5, "0GiB", math.nan, math.inf, "lots", "16 parsecs", True, None, [1], 2.0**70]
+)
+def test_bad_budgets_are_invalid_arguments(bad):
+    with pytest.raises(hybridplan.InvalidArgumentError):
+        hybridplan.plan(FIXTURE, bad, device="v100-nvlink2")
+
+
+def test_a_step_that_fits_gets_an_empty_plan():
+    p = hybridplan.plan(FIXTURE, "auto", device="v100-nvlink2")
+    assert p.is_empty and p.strategy == "none"
+    assert p.planned.peak_bytes == p.original.peak_bytes <= p.budget
+
+
+def test_budget_below_the_variables_says_so():
+    a = hybridplan.analyze(FIXTURE)
+    with pytest.raises(hybridplan.BudgetError, match="variables") as e:
+        hybridplan.plan(FIXTURE, a.persistent_bytes - 1)
+    assert e.value.best_peak == a.persistent_bytes
+
+
+def test_unreachable_budget_names_the_smallest_peak(synth):
+    data, a = synth
+    budget = a.persistent_bytes + 1024
+    with pytest.raises(hybridplan.BudgetError) as e:
+        hybridplan.plan(data, budget, device="v100-nvlink2")
+    err = e.value
+    assert err.budget == budget and budget < err.best_peak <= a.peak_bytes
+    assert str(err.best_peak) in str(err) and err.strategy
+
+
+def test_unknown_device_and_strategy():
+    with pytest.raises(hybridplan.InvalidArgumentError, match="v100-nvlink2"):
+        hybridplan.plan(FIXTURE, "1GiB", device="tpu-v9")
+    with pytest.raises(hybridplan.InvalidArgumentError, match="strategy"):
+        hybridplan.plan(FIXTURE, "1GiB", strategy="magic")
+
+
+def test_device_from_a_dict_and_a_file(tmp_path):
+    dev = json.loads(hybridplan._core.device_preset("a100-pcie4"))
+    p = hybridplan.plan(FIXTURE, "auto", device=dev)
+    assert p.report["device"] == "a100-pcie4"
+    f = tmp_path / "dev.json"
+    f.write_text(json.dumps(dev))
+    assert hybridplan.plan(FIXTURE, "auto", device=f).report["device"] == "a100-pcie4"
+    del dev["h2d_bandwidth"]
+    with pytest.raises(hybridplan.InvalidArgumentError, match="h2d_bandwidth"):
+        hybridplan.plan(FIXTURE, "auto", device=dev)
+
+
+def test_presets_exist():
+    names = hybridplan.device_presets()
+    for required in ("v100-nvlink2", "a100-pcie4", "h100-pcie5", "h200-pcie5", "gh200-c2c", "cpu"):
+        assert required in names
+
+
+@pytest.mark.parametrize("strategy", hybridplan.STRATEGIES)
+def test_every_strategy_fits_its_budget(synth, strategy):
+    data, a = synth
+    budget = a.persistent_bytes + (a.peak_bytes - a.persistent_bytes) * 3 // 4
+    p = hybridplan.plan(data, budget, strategy=strategy, device="h100-pcie5", min_bytes=1024)
+    assert not p.is_empty
+    assert p.planned.peak_bytes <= budget < p.original.peak_bytes
+    t, b = p.timeline("planned")
+    assert b.max() == p.planned.peak_bytes and t[-1] <= p.planned.step_time_s * (1 + 1e-9)
+    for s in p.swaps:
+        assert s["bytes"] > 0 and s["ins"] and s["reason"]
+    for r in p.recomputes:
+        assert r["nodes"] and r["consumers"]
+
+
+def test_hybrid_is_never_slower_than_swap_or_recompute(synth):
+    data, a = synth
+    for fraction in (0.9, 0.75, 0.6):
+        budget = a.persistent_bytes + int((a.peak_bytes - a.persistent_bytes) * fraction)
+        times = {}
+        for s in hybridplan.STRATEGIES:
+            try:
+                times[s] = hybridplan.plan(
+                    data, budget, strategy=s, device="a100-pcie4", min_bytes=1024
+                ).planned.step_time_s
+            except hybridplan.BudgetError:
+                times[s] = math.inf
+        assert times["hybrid"] <= min(times.values())
+
+
+def test_plans_are_deterministic_and_round_trip(synth, tmp_path):
+    data, a = synth
+    budget = a.persistent_bytes + (a.peak_bytes - a.persistent_bytes) // 2
+    p1 = hybridplan.plan(data, budget, device="a100-pcie4", min_bytes=1024)
+    p2 = hybridplan.plan(data, budget, device="a100-pcie4", min_bytes=1024)
+    assert p1.to_json() == p2.to_json()
+    path = tmp_path / "plan.json"
+    p1.save(path)
+    back = hybridplan.Plan.load(path)
+    assert back.report == p1.report and back.rewrite_spec() == p1.rewrite_spec()
+    with pytest.raises(hybridplan.InvalidArgumentError):
+        back.timeline()
+    (tmp_path / "junk.json").write_text("{not json")
+    with pytest.raises(hybridplan.InvalidArgumentError):
+        hybridplan.Plan.load(tmp_path / "junk.json")
+
+
+def test_rewrite_spec_points_at_graphdef_nodes(synth):
+    from tensorflow.core.framework import graph_pb2
+
+    data, a = synth
+    gd = graph_pb2.GraphDef.FromString(data)
+    budget = a.persistent_bytes + (a.peak_bytes - a.persistent_bytes) // 2
+    spec = hybridplan.plan(data, budget, device="a100-pcie4", min_bytes=1024).rewrite_spec()
+    for s in spec["swaps"]:
+        producer = gd.node[s["node"]].name
+        for i in s["ins"]:
+            for c in i["consumers"]:
+                assert any(x.split(":")[0] == producer for x in gd.node[c].input)
+    for r in spec["recomputes"]:
+        assert all(0 <= v < len(gd.node) for v in r["nodes"])
+
+
+def test_profile_replaces_estimates(synth):
+    data, a = synth
+    budget = a.persistent_bytes + (a.peak_bytes - a.persistent_bytes) // 2
+    base = hybridplan.plan(data, budget, device="cpu", min_bytes=1024)
+    slow = {int(i): 1.0 for i in a.order[:10]}
+    p = hybridplan.plan(data, budget, device="cpu", min_bytes=1024, profile=slow)
+    assert p.original.step_time_s > base.original.step_time_s + 9.0
