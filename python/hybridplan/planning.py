@@ -18,7 +18,7 @@ from .errors import InvalidArgumentError
 
 __all__ = ["STRATEGIES", "Plan", "device_presets", "parse_bytes", "plan", "synthetic_graphdef"]
 
-STRATEGIES = ("swap", "recompute", "hybrid-paper", "hybrid")
+STRATEGIES = ("tflms", "swap", "recompute", "hybrid-paper", "hybrid")
 _UNITS = {
     "": 1,
     "b": 1,
@@ -79,6 +79,20 @@ def _device_args(device: str | dict | os.PathLike) -> tuple[str, str | None, dic
     if not isinstance(device, str):
         raise InvalidArgumentError("device must be a preset name, a dict or a path to a JSON file")
     return device, None, json.loads(_core.device_preset(device))
+
+
+def _tflms_args(tflms: dict[str, int] | None) -> tuple[int, int, int] | None:
+    if tflms is None:
+        return None
+    unknown = set(tflms) - {"threshold", "ahead", "groupby"}
+    if unknown or not isinstance(tflms, dict):
+        raise InvalidArgumentError(
+            f"tflms takes threshold, ahead and groupby (schedule positions), not {sorted(unknown)}"
+        )
+    vals = tuple(tflms.get(k, d) for k, d in (("threshold", 0), ("ahead", 1), ("groupby", 1)))
+    if not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in vals):
+        raise InvalidArgumentError(f"tflms parameters must be non-negative ints, got {tflms}")
+    return vals  # type: ignore[return-value]
 
 
 def _budget(budget: Any, dev: dict) -> int:
@@ -225,6 +239,7 @@ def plan(
     persistent_bytes: int | None = None,
     min_bytes: int = 1 << 16,
     profile: dict[int, float] | None = None,
+    tflms: dict[str, int] | None = None,
 ) -> Plan:
     """Plans which tensors to swap and which sub-graphs to recompute.
 
@@ -233,12 +248,18 @@ def plan(
         budget: device bytes the step may use, persistent bytes included:
             an int, a string such as ``"16GiB"``, or ``"auto"`` (the device's
             memory less a reserve).
-        strategy: ``"swap"``, ``"recompute"``, ``"hybrid-paper"`` or ``"hybrid"``.
+        strategy: ``"tflms"`` (TensorFlow Large Model Support's swapping),
+            ``"swap"`` (the better of TFLMS and hybridplan's own swap planner),
+            ``"recompute"``, ``"hybrid-paper"`` (the published hybrid, from the
+            TFLMS plan) or ``"hybrid"`` (the fastest of all that fits).
         device: a preset name (see :func:`device_presets`), a dict or a JSON file.
         loss: the loss tensor; inferred when omitted.
         min_bytes: buffers smaller than this are left alone.
         profile: measured op times, ``{GraphDef node index: seconds}``
             (see ``hybridplan.profile``), replacing the cost model's estimates.
+        tflms: TFLMS's parameters ``{"threshold": ..., "ahead": ..., "groupby":
+            ...}`` (schedule positions) for ``"tflms"``/``"swap"``: the swap plan is
+            then exactly TFLMS's; without them they are tuned with the simulator.
 
     Raises:
         BudgetError: no plan fits; ``best_peak`` says the smallest peak reached.
@@ -266,6 +287,7 @@ def plan(
         persistent_bytes=persistent_bytes,
         min_bytes=min_bytes,
         profile=sorted(profile.items()) if profile else None,
+        tflms=_tflms_args(tflms),
     )
     return Plan(json.loads(core.report_json), (core.timeline(0), core.timeline(1)), core.events())
 

@@ -108,13 +108,73 @@ fn main() {
         println!("rec unit {} clones {} saved {:?} trigger {} inputs {} time {:.2e} bytes {} transient {}", r.unit, r.clones.len(), r.saved, r.trigger, r.inputs.len(), r.time_s, r.bytes, r.transient);
     }
     let (sw, st) = planner.swap_options_for_debug();
+    let live = a.liveness.live_at_peak(&a.graph, 25);
+    for t in live {
+        let c = cands.iter().find(|c| c.owner == t);
+        let has_opt = c
+            .map(|c| sw.iter().any(|o| cands[o.cand].owner == c.owner))
+            .unwrap_or(false);
+        let readers: Vec<_> = a
+            .graph
+            .consumers(t)
+            .iter()
+            .map(|&r| (a.schedule.pos[r as usize], a.graph.op_name(r).to_string()))
+            .collect();
+        println!(
+            "live {} {} bytes={} produce={} cand={:?} opt={} readers={:?}",
+            a.graph.tensor_name(t),
+            a.graph.op_name(a.graph.tensors[t as usize].node),
+            a.graph.tensors[t as usize].bytes,
+            a.liveness.produce[t as usize],
+            c.map(|c| (c.last_early, c.first_late(), c.late.len())),
+            has_opt,
+            &readers[..readers.len().min(6)]
+        );
+    }
     let spool = Pool {
+        cands: &cands,
         swaps: &sw,
         tensor_of_swap: &st,
         recomputes: &[],
     };
     let sc = choose(&ctx, &spool, budget, 0.1);
     let splan = planner.to_plan(&sc);
+    println!(
+        "model peak at position {}: {} {}",
+        sc.model_peak_pos,
+        a.graph.nodes[a.schedule.order[sc.model_peak_pos as usize] as usize].name,
+        a.graph
+            .op_name(a.schedule.order[sc.model_peak_pos as usize])
+    );
+    for t in a.liveness.live_at(&a.graph, sc.model_peak_pos, 12) {
+        let chosen = sc.swaps.iter().any(|o| cands[o.cand].owner == t);
+        let opts: Vec<_> = sw
+            .iter()
+            .filter(|o| cands[o.cand].owner == t)
+            .map(|o| {
+                (
+                    o.keep_until,
+                    o.ins
+                        .iter()
+                        .map(|i| {
+                            (
+                                i.trigger,
+                                cands[o.cand].late[i.lo].0,
+                                cands[o.cand].late[i.hi - 1].0,
+                            )
+                        })
+                        .collect::<Vec<_>>(),
+                )
+            })
+            .collect();
+        println!(
+            "  at peak: {} {} chosen={} opts={:?}",
+            a.graph.tensor_name(t),
+            a.graph.tensors[t as usize].bytes,
+            chosen,
+            opts
+        );
+    }
     let ssim = simulate(&a.graph, &a.schedule, &times, &dev, &splan).unwrap();
     println!(
         "swap-only greedy: chosen {} model peak {} sim peak {} at t={:.4} step {:.4}",
@@ -125,6 +185,7 @@ fn main() {
         ssim.step_time_s
     );
     let pool = Pool {
+        cands: &cands,
         swaps: &[],
         tensor_of_swap: &[],
         recomputes: &recs,

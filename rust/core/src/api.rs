@@ -143,6 +143,7 @@ pub fn plan_analysis(
             strategy: "none (the variables and optimizer slots alone need more)".into(),
         });
     }
+    check_supported(&a.graph)?;
     let (times, unknown_ops) = op_times(&a.graph, dev, profile);
     let ctx = Ctx {
         g: &a.graph,
@@ -198,6 +199,32 @@ pub fn plan_analysis(
         planned: sim,
         plan: planned.plan,
     })
+}
+
+/// Control flow and function calls in the forward or backward pass hide
+/// their bodies' memory from the planner: such a graph is refused, naming the
+/// first such node. In the update phase or off the loss path they are
+/// planned around (never cloned, their outputs treated as ordinary tensors).
+///
+/// # Errors
+/// [`PlanError::Unsupported`].
+pub fn check_supported(g: &Graph) -> Result<()> {
+    use crate::graph::{NodeFlags, Phase};
+    for (v, n) in g.nodes.iter().enumerate() {
+        if n.flags.has(NodeFlags::CALLS_FUNCTION)
+            && matches!(g.phase[v], Phase::Forward | Phase::Backward)
+        {
+            return Err(PlanError::Unsupported {
+                node: n.name.to_string(),
+                op: g.op_name(v as u32).to_string(),
+                reason: format!(
+                    "control flow or a function call in the {} pass: its body's memory is not visible to the planner; trace the step with the nested function inlined (hybridplan.trace does this) or move it out of the step",
+                    g.phase[v].name()
+                ),
+            });
+        }
+    }
+    Ok(())
 }
 
 fn swap_decisions(g: &Graph, plan: &Plan) -> Vec<SwapDecision> {

@@ -1,6 +1,6 @@
 //! Properties of the planners on random training-shaped graphs: a returned
 //! plan never exceeds its budget in the simulator, `hybrid` is never slower
-//! than `swap` or `hybrid-paper`, plans are deterministic, and a budget no
+//! than any other strategy, plans are deterministic, and a budget no
 //! plan meets is a `Budget` error naming a reachable peak above it.
 
 use hybridplan_core::api::{plan_analysis, Outcome};
@@ -62,7 +62,7 @@ proptest! {
         let act = a.liveness.peak_bytes - a.graph.persistent_bytes;
         let budget = a.graph.persistent_bytes + (act as f64 * fraction) as u64;
         let mut times = Vec::new();
-        for s in [Strategy::Swap, Strategy::Recompute, Strategy::HybridPaper, Strategy::Hybrid] {
+        for s in [Strategy::Tflms, Strategy::Swap, Strategy::Recompute, Strategy::HybridPaper, Strategy::Hybrid] {
             match run(&a, &dev, s, budget) {
                 Ok(o) => {
                     prop_assert!(o.planned.peak_bytes <= budget, "{s:?}: {} > {budget}", o.planned.peak_bytes);
@@ -78,18 +78,21 @@ proptest! {
         }
         let t = |s: Strategy| times.iter().find(|x| x.0 == s).unwrap().1;
         if let Some(h) = t(Strategy::Hybrid) {
-            for other in [Strategy::Swap, Strategy::Recompute, Strategy::HybridPaper] {
+            for other in [Strategy::Tflms, Strategy::Swap, Strategy::Recompute, Strategy::HybridPaper] {
                 if let Some(o) = t(other) {
                     prop_assert!(h <= o * (1.0 + 1e-12), "hybrid {h} slower than {other:?} {o}");
                 }
             }
         } else {
-            for other in [Strategy::Swap, Strategy::Recompute, Strategy::HybridPaper] {
+            for other in [Strategy::Tflms, Strategy::Swap, Strategy::Recompute, Strategy::HybridPaper] {
                 prop_assert!(t(other).is_none(), "{other:?} fits where hybrid does not");
             }
         }
-        if let (Some(p), Some(s)) = (t(Strategy::HybridPaper), t(Strategy::Swap)) {
-            prop_assert!(p <= s * (1.0 + 1e-12));
+        if let (Some(p), Some(s)) = (t(Strategy::HybridPaper), t(Strategy::Tflms)) {
+            prop_assert!(p <= s * (1.0 + 1e-12), "hybrid-paper slower than the TFLMS plan it starts from");
+        }
+        if let (Some(w), Some(s)) = (t(Strategy::Swap), t(Strategy::Tflms)) {
+            prop_assert!(w <= s * (1.0 + 1e-12), "swap slower than TFLMS");
         }
     }
 }

@@ -10,6 +10,7 @@ use hybridplan_core as core;
 use hybridplan_core::build::BuildOptions;
 use hybridplan_core::graph::Phase;
 use hybridplan_core::plan::planner::PlanOptions;
+use hybridplan_core::plan::tflms::TflmsParams;
 use hybridplan_core::simulate::{EventKind, SimEvent};
 use numpy::{IntoPyArray, PyArray1};
 use pyo3::prelude::*;
@@ -189,7 +190,7 @@ fn split_timeline(tl: &[(f64, u64)]) -> (Vec<f64>, Vec<u64>) {
 
 /// Plans a serialized GraphDef under a budget.
 #[pyfunction]
-#[pyo3(signature = (data, budget, strategy="hybrid", device="v100-nvlink2", device_json=None, loss=None, persistent_bytes=None, min_bytes=65536, profile=None))]
+#[pyo3(signature = (data, budget, strategy="hybrid", device="v100-nvlink2", device_json=None, loss=None, persistent_bytes=None, min_bytes=65536, profile=None, tflms=None))]
 #[allow(clippy::too_many_arguments)]
 fn plan(
     py: Python<'_>,
@@ -202,6 +203,7 @@ fn plan(
     persistent_bytes: Option<u64>,
     min_bytes: u64,
     profile: Option<Vec<(u32, f64)>>,
+    tflms: Option<(u32, u32, u32)>,
 ) -> PyResult<CorePlan> {
     let build = BuildOptions {
         loss,
@@ -215,10 +217,17 @@ fn plan(
             Some(j) => core::device::from_json(j)?,
             None => core::device::preset(&device)?,
         };
+        let tflms = tflms.map(|(threshold, ahead, groupby)| TflmsParams {
+            threshold,
+            ahead,
+            groupby,
+            min_bytes,
+        });
         let opts = PlanOptions {
             strategy: strategy.parse()?,
             budget,
             min_bytes,
+            tflms,
             ..PlanOptions::default()
         };
         let (_, o) = core::api::plan_bytes(data, &build, &dev, &opts, &profile)?;

@@ -9,7 +9,9 @@
 //! prefer fewer link bytes; a recompute costs its clones' time), apply its
 //! memory effect to the tree, and mark what it frees and what it pins (a
 //! recompute's inputs must stay; they can no longer be swapped or freed).
-//! Stops when the target is met or no option covers the peak.
+//! A peak no remaining option covers is set aside and the next highest
+//! position is lowered. Stops when every position not set aside meets the
+//! target.
 //!
 //! # Complexity
 //! O((S + R) log N) for S swap and R recompute options after the O(C log N
@@ -19,21 +21,27 @@
 
 use rustc_hash::FxHashMap;
 
+use super::candidates::SwapCandidate;
 use super::memtree::MemTree;
 use super::options::{Ctx, RecomputeOpt, SwapOpt};
 use super::stab::Stab;
+
+/// Subtracted from a position no option can lower, to set it aside.
+const SET_ASIDE: i64 = 1 << 62;
 
 /// What the greedy chose.
 #[derive(Debug, Clone, Default)]
 pub struct Chosen {
     pub swaps: Vec<SwapOpt>,
     pub recomputes: Vec<RecomputeOpt>,
-    /// Peak of the position model after the choices (bytes).
+    /// Peak of the position model after the choices (bytes) and where.
     pub model_peak: u64,
+    pub model_peak_pos: u32,
 }
 
 /// Options to choose from; `tensor_of_swap[i]` is the buffer of `swaps[i]`.
 pub struct Pool<'a> {
+    pub cands: &'a [SwapCandidate],
     pub swaps: &'a [SwapOpt],
     pub tensor_of_swap: &'a [u32],
     pub recomputes: &'a [RecomputeOpt],
@@ -49,6 +57,7 @@ struct State {
 /// Chooses options until the position-model peak is at most `target`.
 pub fn choose(ctx: &Ctx<'_>, pool: &Pool<'_>, target: u64, lambda: f64) -> Chosen {
     let (intervals, score) = index(ctx, pool, lambda);
+    let n_options = score.len();
     let n = ctx.s.order.len();
     let mut stab = Stab::new(n, &intervals, &score);
     let init: Vec<i64> = ctx
@@ -65,39 +74,64 @@ pub fn choose(ctx: &Ctx<'_>, pool: &Pool<'_>, target: u64, lambda: f64) -> Chose
     };
     let ns = pool.swaps.len();
     let mut chosen = Chosen::default();
-    for _ in 0..intervals.len() {
+    // Positions no option can lower are set aside (their bytes kept in
+    // `stuck`) so the others still get lowered: the position model is only
+    // a guide and the simulator may find the plan fits after all.
+    let mut stuck: Vec<(usize, i64)> = Vec::new();
+    for _ in 0..n_options + n {
         let (p, peak) = st.tree.argmax();
         if peak <= target as i64 {
             break;
         }
         let valid = |id: u32| valid(ctx, pool, &st, id as usize);
         let Some(id) = stab.best(p, &score, valid) else {
-            break;
+            st.tree.add(p, p, -SET_ASIDE);
+            stuck.push((p, peak));
+            continue;
         };
         let id = id as usize;
         if id < ns {
-            apply_swap(ctx, &mut st, &pool.swaps[id], pool.tensor_of_swap[id]);
+            let o = &pool.swaps[id];
+            apply_swap(
+                ctx,
+                &mut st,
+                o,
+                pool.tensor_of_swap[id],
+                &pool.cands[o.cand],
+            );
             chosen.swaps.push(pool.swaps[id].clone());
         } else {
             apply_recompute(ctx, &mut st, &pool.recomputes[id - ns]);
             chosen.recomputes.push(pool.recomputes[id - ns].clone());
         }
     }
-    chosen.model_peak = st.tree.argmax().1.max(0) as u64;
+    for &(p, _) in &stuck {
+        st.tree.add(p, p, SET_ASIDE);
+    }
+    let (pos, peak) = st.tree.argmax();
+    chosen.model_peak = peak.max(0) as u64;
+    chosen.model_peak_pos = pos as u32;
     chosen
 }
 
-fn index(ctx: &Ctx<'_>, pool: &Pool<'_>, lambda: f64) -> (Vec<(u32, u32)>, Vec<f64>) {
+/// Every option's freed intervals `(id, lo, hi)` and its score.
+fn index(ctx: &Ctx<'_>, pool: &Pool<'_>, lambda: f64) -> (Vec<(u32, u32, u32)>, Vec<f64>) {
     let mut iv = Vec::with_capacity(pool.swaps.len() + pool.recomputes.len());
     let mut score = Vec::with_capacity(iv.capacity());
     for (o, &t) in pool.swaps.iter().zip(pool.tensor_of_swap) {
-        iv.push((o.keep_until + 1, o.trigger));
+        let id = score.len() as u32;
+        let late = &pool.cands[o.cand].late;
+        let mut lo = o.keep_until + 1;
+        for i in &o.ins {
+            iv.push((id, lo, i.trigger));
+            lo = late[i.hi - 1].0 + 1;
+        }
         let cost = o.exposed_s + lambda * o.transfer_s;
         score.push(ctx.g.tensors[t as usize].bytes as f64 / (cost + 1e-12));
     }
     for r in pool.recomputes {
         let lo = r.saved.iter().map(|&(_, le)| le).max().unwrap_or(r.trigger) + 1;
-        iv.push((lo, r.trigger));
+        iv.push((score.len() as u32, lo, r.trigger));
         score.push(r.bytes as f64 / (r.time_s + 1e-12));
     }
     (iv, score)
@@ -118,10 +152,13 @@ fn valid(ctx: &Ctx<'_>, pool: &Pool<'_>, st: &State, id: usize) -> bool {
             .all(|&x| !st.taken[ctx.l.owner[x as usize] as usize])
 }
 
-fn apply_swap(ctx: &Ctx<'_>, st: &mut State, o: &SwapOpt, t: u32) {
+fn apply_swap(ctx: &Ctx<'_>, st: &mut State, o: &SwapOpt, t: u32, c: &SwapCandidate) {
     let b = ctx.g.tensors[t as usize].bytes as i64;
-    st.tree
-        .add(o.keep_until as usize + 1, o.trigger as usize, -b);
+    let mut free_from = o.keep_until as usize + 1;
+    for i in &o.ins {
+        st.tree.add(free_from, i.trigger as usize, -b);
+        free_from = c.late[i.hi - 1].0 as usize + 1;
+    }
     st.taken[t as usize] = true;
 }
 

@@ -72,6 +72,7 @@ impl Plan {
 
 pub mod candidates;
 pub mod greedy;
+pub mod links;
 pub mod memtree;
 pub mod options;
 pub mod partition;

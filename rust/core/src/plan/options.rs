@@ -50,48 +50,124 @@ pub struct Ctx<'a> {
     pub link: Link,
 }
 
+/// One swap-in of a placed swap: its trigger position and the late readers
+/// it serves (`late[lo..hi]` of the candidate).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct InPlace {
+    pub trigger: u32,
+    pub lo: usize,
+    pub hi: usize,
+}
+
 /// A swap of one candidate, placed.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct SwapOpt {
     pub cand: usize,
     /// The original stays until this position.
     pub keep_until: u32,
-    /// Position of the swap-in trigger.
-    pub trigger: u32,
+    /// The swap-ins, in schedule order (at least one).
+    pub ins: Vec<InPlace>,
     pub exposed_s: f64,
     pub transfer_s: f64,
 }
 
+impl SwapOpt {
+    /// Position of the first swap-in's trigger.
+    pub fn trigger(&self) -> u32 {
+        self.ins[0].trigger
+    }
+}
+
 /// Places a swap: `None` when it frees nothing.
-pub fn swap_option(ctx: &Ctx<'_>, cand: usize, c: &SwapCandidate) -> Option<SwapOpt> {
+///
+/// Late readers are split into groups, each with its own swap-in, where the
+/// compute between two consecutive late reads is longer than twice a copy:
+/// fetching again costs less link time than the memory of holding the copy
+/// across the gap is worth (the same idea as TFLMS's `groupby`). With
+/// `split_all`, at every gap between late reads (one more option for the
+/// greedy, for peaks that fall between two late reads).
+pub fn swap_option(
+    ctx: &Ctx<'_>,
+    cand: usize,
+    c: &SwapCandidate,
+    split_all: bool,
+) -> Option<SwapOpt> {
     let out_start = ctx.start[c.produce as usize + 1];
     let d_out = ctx.link.d2h(c.bytes);
     let out_done = position_at(&ctx.start, out_start + d_out);
     let keep_until = c.last_early.max(out_done.saturating_sub(1));
-    let first_late = c.first_late();
-    if keep_until + 1 >= first_late {
+    if keep_until + 1 >= c.first_late() {
         return None;
     }
     let d_in = ctx.link.h2d(c.bytes);
-    let need = ctx.start[first_late as usize] - d_in;
-    // Latest q with start[q + 1] <= need, i.e. q + 1 = (first index > need) - 1.
-    let latest = ctx.start.partition_point(|&x| x <= need) as i64 - 2;
-    let earliest = i64::from(keep_until) + 1;
-    let ideal = latest.max(earliest).min(i64::from(first_late) - 1) as u32;
-    if ideal < keep_until + 1 {
-        return None;
+    let mut ins = Vec::new();
+    let mut exposed_s = 0.0;
+    let mut lowest = keep_until + 1;
+    let gap_s = if split_all { 0.0 } else { 2.0 * d_in };
+    for (lo, hi) in groups(ctx, c, gap_s) {
+        let first = c.late[lo].0;
+        let Some((trigger, exposed)) = place_in(ctx, c, lo, hi, lowest, d_in) else {
+            if ins.is_empty() {
+                return None;
+            }
+            // This group keeps the previous copy: merge it into that one.
+            let last: &mut InPlace = ins.last_mut()?;
+            last.hi = hi;
+            continue;
+        };
+        debug_assert!(trigger < first);
+        exposed_s += exposed;
+        ins.push(InPlace { trigger, lo, hi });
+        lowest = c.late[hi - 1].0 + 1;
     }
-    let consumers: Vec<u32> = c.late.iter().map(|&(_, n)| n).collect();
-    let trigger = safe_trigger(ctx.g, ctx.s, ideal, keep_until + 1, &consumers)?;
-    let window = ctx.start[first_late as usize] - ctx.start[trigger as usize + 1];
-    let exposed_s = (d_in - window).max(0.0);
+    let transfer_s = d_out + d_in * ins.len() as f64;
     Some(SwapOpt {
         cand,
         keep_until,
-        trigger,
+        ins,
         exposed_s,
-        transfer_s: d_in + d_out,
+        transfer_s,
     })
+}
+
+/// Late readers `lo..hi` split where the compute between two reads exceeds `gap_s`.
+fn groups(ctx: &Ctx<'_>, c: &SwapCandidate, gap_s: f64) -> Vec<(usize, usize)> {
+    let mut out = Vec::new();
+    let mut lo = 0;
+    for k in 1..c.late.len() {
+        let idle = ctx.start[c.late[k].0 as usize] - ctx.start[c.late[k - 1].0 as usize + 1];
+        if idle > gap_s {
+            out.push((lo, k));
+            lo = k;
+        }
+    }
+    out.push((lo, c.late.len()));
+    out
+}
+
+/// The trigger of the swap-in serving `late[lo..hi]`: the latest op whose end
+/// leaves `d_in` of compute before the first of them, not before `lowest`,
+/// and not fusible with a reader; with the time it fails to hide.
+fn place_in(
+    ctx: &Ctx<'_>,
+    c: &SwapCandidate,
+    lo: usize,
+    hi: usize,
+    lowest: u32,
+    d_in: f64,
+) -> Option<(u32, f64)> {
+    let first = c.late[lo].0;
+    if lowest >= first {
+        return None;
+    }
+    let need = ctx.start[first as usize] - d_in;
+    // Latest q with start[q + 1] <= need, i.e. q + 1 = (first index > need) - 1.
+    let latest = ctx.start.partition_point(|&x| x <= need) as i64 - 2;
+    let ideal = latest.max(i64::from(lowest)).min(i64::from(first) - 1) as u32;
+    let consumers: Vec<u32> = c.late[lo..hi].iter().map(|&(_, n)| n).collect();
+    let trigger = safe_trigger(ctx.g, ctx.s, ideal, lowest, &consumers)?;
+    let window = ctx.start[first as usize] - ctx.start[trigger as usize + 1];
+    Some((trigger, (d_in - window).max(0.0)))
 }
 
 /// A recompute of one unit, placed.

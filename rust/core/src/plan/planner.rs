@@ -2,17 +2,23 @@
 //! the greedy, let the simulator judge, tighten and retry within a bound.
 //!
 //! # Strategies
-//! - `swap`: swaps only, chosen by the peak-driven greedy (`greedy.rs`) with
-//!   swap-in triggers from the cost model.
+//! - `tflms`: TensorFlow Large Model Support's swapping (`tflms.rs`), with
+//!   the given parameters or the best of a 12-point parameter grid judged by
+//!   the simulator (graphs up to `grid_max_nodes`; TFLMS's defaults beyond).
+//! - `swap`: the faster of the peak-driven greedy over swaps (`greedy.rs`,
+//!   swap-in triggers from the cost model and the link's queue) and `tflms`;
+//!   with TFLMS parameters given, exactly TFLMS. The baseline every other
+//!   strategy is compared with.
 //! - `recompute`: recomputes of units only (`partition.rs`), same greedy.
-//! - `hybrid-paper`: the published heuristic: start from the `swap` plan; in
+//! - `hybrid-paper`: the published heuristic: start from the TFLMS plan; in
 //!   decreasing order of the bytes each unit makes the link carry, recompute
 //!   the unit instead of swapping its tensors when the simulated step time
 //!   drops and the budget holds.
-//! - `hybrid`: the greedy choosing between swap and recompute at every step
-//!   by bytes freed per second of estimated cost, and the `hybrid-paper`
-//!   result; the faster plan that fits wins (so `hybrid` is never slower
-//!   than `hybrid-paper`, which is never slower than `swap`).
+//! - `hybrid`: the fastest plan that fits among the greedy choosing between
+//!   swap and recompute at every step (bytes freed per second of estimated
+//!   cost), the recompute plan, and the published loop started from the
+//!   `swap` plan and from the TFLMS plan. So `hybrid` is never slower than
+//!   any other strategy.
 //!
 //! # Complexity
 //! Option building O(T + E log E + N); each greedy run O((S + R) log N);
@@ -25,6 +31,7 @@ use rustc_hash::{FxHashMap, FxHashSet};
 
 use super::candidates::{swap_candidates, SwapCandidate};
 use super::greedy::{choose, Chosen, Pool};
+use super::links::place_swap_ins;
 use super::options::{recompute_options as unit_options, swap_option, Ctx, RecomputeOpt, SwapOpt};
 use super::partition::partition;
 use super::tflms::{tflms_plan, TflmsParams};
@@ -35,6 +42,8 @@ use crate::graph::NONE;
 /// A planning strategy.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Strategy {
+    /// TFLMS's swapping (tuned parameters, or the given ones).
+    Tflms,
     Swap,
     Recompute,
     HybridPaper,
@@ -44,6 +53,7 @@ pub enum Strategy {
 impl Strategy {
     pub fn name(self) -> &'static str {
         match self {
+            Strategy::Tflms => "tflms",
             Strategy::Swap => "swap",
             Strategy::Recompute => "recompute",
             Strategy::HybridPaper => "hybrid-paper",
@@ -56,12 +66,13 @@ impl FromStr for Strategy {
     type Err = PlanError;
     fn from_str(s: &str) -> Result<Self> {
         match s {
+            "tflms" => Ok(Strategy::Tflms),
             "swap" => Ok(Strategy::Swap),
             "recompute" => Ok(Strategy::Recompute),
             "hybrid-paper" => Ok(Strategy::HybridPaper),
             "hybrid" => Ok(Strategy::Hybrid),
             _ => Err(PlanError::InvalidArgument(format!(
-                "unknown strategy '{s}': use one of swap, recompute, hybrid-paper, hybrid"
+                "unknown strategy '{s}': use one of tflms, swap, recompute, hybrid-paper, hybrid"
             ))),
         }
     }
@@ -137,6 +148,7 @@ pub struct Planner<'a> {
     swap_tensor: Vec<u32>,
     recs: Vec<RecomputeOpt>,
     evals: std::cell::Cell<u32>,
+    tflms_memo: std::cell::OnceCell<Option<Planned>>,
     best_fail: std::cell::Cell<(u64, &'static str)>,
 }
 
@@ -151,7 +163,9 @@ impl<'a> Planner<'a> {
         let mut swaps = Vec::new();
         let mut swap_tensor = Vec::new();
         for (i, c) in cands.iter().enumerate() {
-            if let Some(o) = swap_option(ctx, i, c) {
+            let grouped = swap_option(ctx, i, c, false);
+            let split = swap_option(ctx, i, c, true).filter(|s| Some(s) != grouped.as_ref());
+            for o in grouped.into_iter().chain(split) {
                 swap_tensor.push(c.owner);
                 swaps.push(o);
             }
@@ -166,6 +180,7 @@ impl<'a> Planner<'a> {
             swap_tensor,
             recs,
             evals: 0.into(),
+            tflms_memo: std::cell::OnceCell::new(),
             best_fail: (u64::MAX, "").into(),
         }
     }
@@ -188,7 +203,8 @@ impl<'a> Planner<'a> {
         let result = match self.opts.strategy {
             Strategy::Swap => self.swap(),
             Strategy::Recompute => self.fit(false, true, "recompute"),
-            Strategy::HybridPaper => self.swap().and_then(|p| self.paper(p)),
+            Strategy::HybridPaper => self.tflms_tuned().and_then(|p| self.paper(p)),
+            Strategy::Tflms => self.tflms_tuned(),
             Strategy::Hybrid => self.hybrid(),
         };
         result.ok_or_else(|| self.budget_error())
@@ -237,36 +253,75 @@ impl<'a> Planner<'a> {
         consider(self.fit(true, true, "hybrid"));
         consider(self.fit(false, true, "recompute"));
         consider(self.swap().and_then(|p| self.paper(p)));
+        if self.opts.tflms.is_none() {
+            consider(self.tflms_tuned().and_then(|p| self.paper(p)));
+        }
         best.map(|mut p| {
             p.evaluations = self.evals.get();
             p
         })
     }
 
-    /// The swap plan: TFLMS with the given parameters, or the faster of the
-    /// greedy and a tuned TFLMS.
-    fn swap(&self) -> Option<Planned> {
-        if let Some(p) = self.opts.tflms {
-            return self.tflms(&p);
-        }
-        let mut best = self.fit(true, false, "swap");
-        if self.ctx.g.num_nodes() <= self.opts.grid_max_nodes {
-            for p in self.tflms_grid() {
-                if let Some(t) = self.tflms(&p) {
-                    if best
-                        .as_ref()
-                        .is_none_or(|b| t.verdict.step_time_s < b.verdict.step_time_s)
-                    {
-                        best = Some(t);
+    /// TFLMS: with the given parameters, or the best of the parameter grid
+    /// (graphs up to `grid_max_nodes`; beyond, TFLMS's own defaults).
+    /// Computed once per planner.
+    fn tflms_tuned(&self) -> Option<Planned> {
+        self.tflms_memo
+            .get_or_init(|| {
+                if let Some(p) = self.opts.tflms {
+                    return self.tflms(&p);
+                }
+                let grid = if self.ctx.g.num_nodes() <= self.opts.grid_max_nodes {
+                    self.tflms_grid()
+                } else {
+                    vec![TflmsParams {
+                        threshold: 0,
+                        ahead: 1,
+                        groupby: 1,
+                        min_bytes: self.opts.min_bytes,
+                    }]
+                };
+                let mut best: Option<Planned> = None;
+                for p in grid {
+                    if let Some(t) = self.tflms(&p) {
+                        if best
+                            .as_ref()
+                            .is_none_or(|b| t.verdict.step_time_s < b.verdict.step_time_s)
+                        {
+                            best = Some(t);
+                        }
                     }
                 }
+                best.map(|mut p| {
+                    p.strategy = "tflms".into();
+                    p
+                })
+            })
+            .clone()
+    }
+
+    /// The swap plan: TFLMS when parameters are given; otherwise the faster
+    /// of the greedy swap and the tuned TFLMS.
+    fn swap(&self) -> Option<Planned> {
+        if self.opts.tflms.is_some() {
+            return self.tflms_tuned().map(|p| self.renamed(p, "swap"));
+        }
+        let mut best = self.fit(true, false, "swap");
+        if let Some(t) = self.tflms_tuned() {
+            if best
+                .as_ref()
+                .is_none_or(|b| t.verdict.step_time_s < b.verdict.step_time_s)
+            {
+                best = Some(t);
             }
         }
-        best.map(|mut p| {
-            p.strategy = "swap".into();
-            p.evaluations = self.evals.get();
-            p
-        })
+        best.map(|p| self.renamed(p, "swap"))
+    }
+
+    fn renamed(&self, mut p: Planned, who: &str) -> Planned {
+        p.strategy = who.into();
+        p.evaluations = self.evals.get();
+        p
     }
 
     fn tflms(&self, p: &TflmsParams) -> Option<Planned> {
@@ -300,6 +355,7 @@ impl<'a> Planner<'a> {
     /// The budget loop around the greedy.
     fn fit(&self, swap: bool, rec: bool, who: &'static str) -> Option<Planned> {
         let pool = Pool {
+            cands: &self.cands,
             swaps: if swap { &self.swaps } else { &[] },
             tensor_of_swap: if swap { &self.swap_tensor } else { &[] },
             recomputes: if rec { &self.recs } else { &[] },
@@ -308,8 +364,16 @@ impl<'a> Planner<'a> {
         let mut target = budget;
         for _ in 0..self.opts.max_rounds.max(1) {
             let chosen = choose(self.ctx, &pool, target, self.opts.lambda);
-            let plan = self.to_plan(&chosen);
-            let v = self.judge(&plan).ok()?;
+            // Swap-ins placed so queued copies still arrive in time; if that
+            // holds too much memory, the triggers from the options.
+            let mut placed = chosen.clone();
+            place_swap_ins(self.ctx, &self.cands, &mut placed.swaps);
+            let mut plan = self.to_plan(&placed);
+            let mut v = self.judge(&plan).ok()?;
+            if v.peak_bytes > budget && placed.swaps != chosen.swaps {
+                plan = self.to_plan(&chosen);
+                v = self.judge(&plan).ok()?;
+            }
             if v.peak_bytes <= budget {
                 return Some(self.planned(plan, v, who));
             }
@@ -417,17 +481,25 @@ impl<'a> Planner<'a> {
             .iter()
             .map(|o| {
                 let cand = &self.cands[o.cand];
-                let mut consumers: Vec<u32> = cand.late.iter().map(|&(_, n)| n).collect();
-                consumers.sort_unstable();
-                consumers.dedup();
+                let ins = o
+                    .ins
+                    .iter()
+                    .map(|p| {
+                        let mut consumers: Vec<u32> =
+                            cand.late[p.lo..p.hi].iter().map(|&(_, n)| n).collect();
+                        consumers.sort_unstable();
+                        consumers.dedup();
+                        SwapIn {
+                            trigger: order[p.trigger as usize],
+                            consumers,
+                            clone_consumers: vec![],
+                        }
+                    })
+                    .collect();
                 Swap {
                     tensor: cand.tensor,
                     after: self.ctx.g.tensors[cand.tensor as usize].node,
-                    ins: vec![SwapIn {
-                        trigger: order[o.trigger as usize],
-                        consumers,
-                        clone_consumers: vec![],
-                    }],
+                    ins,
                 }
             })
             .collect();

@@ -18,28 +18,23 @@ pub struct Stab {
 }
 
 impl Stab {
-    /// `intervals[i] = (lo, hi)`; `score[i]` ranks options (ties: lower id).
-    pub fn new(len: usize, intervals: &[(u32, u32)], score: &[f64]) -> Self {
+    /// `intervals` holds `(id, lo, hi)`: an option may have several
+    /// intervals; `score[id]` ranks options (ties: lower id).
+    pub fn new(len: usize, intervals: &[(u32, u32, u32)], score: &[f64]) -> Self {
         let len = len.max(1);
-        let mut by_score: Vec<u32> = (0..intervals.len() as u32).collect();
+        let mut by_score: Vec<usize> = (0..intervals.len()).collect();
+        let key = |k: usize| intervals[k].0 as usize;
         by_score.sort_by(|&a, &b| {
-            score[b as usize]
-                .total_cmp(&score[a as usize])
-                .then(a.cmp(&b))
+            score[key(b)]
+                .total_cmp(&score[key(a)])
+                .then(key(a).cmp(&key(b)))
         });
         let mut pairs: Vec<(u32, u32)> = Vec::new();
-        for &i in &by_score {
-            let (lo, hi) = intervals[i as usize];
+        for k in by_score {
+            let (id, lo, hi) = intervals[k];
             if lo <= hi && (lo as usize) < len {
-                insert(
-                    &mut pairs,
-                    1,
-                    0,
-                    len - 1,
-                    lo as usize,
-                    (hi as usize).min(len - 1),
-                    i,
-                );
+                let hi = (hi as usize).min(len - 1);
+                insert(&mut pairs, 1, 0, len - 1, lo as usize, hi, id);
             }
         }
         // Stable by node: within a node, ids stay in score order.
@@ -132,7 +127,7 @@ mod tests {
 
     #[test]
     fn finds_the_best_valid_covering_interval() {
-        let iv = [(0, 9), (2, 4), (3, 3), (5, 9)];
+        let iv = [(0, 0, 9), (1, 2, 4), (2, 3, 3), (3, 5, 9)];
         let score = [1.0, 5.0, 3.0, 9.0];
         let mut s = Stab::new(10, &iv, &score);
         assert_eq!(s.best(3, &score, |_| true), Some(1));
