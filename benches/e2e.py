@@ -63,15 +63,18 @@ def _timed(fn: Any, *args: Any, **kwargs: Any) -> tuple[float, Any]:
     return time.perf_counter() - t0, out
 
 
-def _choose_budget(hybridplan: Any, data: Any, peak: int) -> tuple[int, float]:
-    """Half the analysed peak, or the first larger fraction that plans."""
+def _choose_budget(hybridplan: Any, data: Any, peak: int) -> tuple[int, float, list[dict]]:
+    """Half the analysed peak, or the first larger fraction that plans; also what each
+    refused fraction's ``BudgetError`` said (the smallest peak reached)."""
+    refused: list[dict] = []
     for frac in FRACTIONS:
         budget = int(peak * frac) if frac != 0.5 else peak // 2
         try:
             hybridplan.plan(data, budget, strategy=STRATEGY, device=DEVICE)
-        except hybridplan.BudgetError:
+        except hybridplan.BudgetError as e:
+            refused.append({"fraction": frac, "budget": budget, "best_peak": e.best_peak})
             continue
-        return budget, frac
+        return budget, frac, refused
     raise SystemExit(f"no budget in {FRACTIONS} of the peak {peak} could be planned")
 
 
@@ -89,7 +92,7 @@ def child_synthetic(nodes: int, kind: str, repeat: int) -> dict[str, Any]:
     rss_base = _rss_mib()
     data = hybridplan.synthetic_graphdef(nodes, kind)
     peak = hybridplan.analyze(data).peak_bytes
-    budget, frac = _choose_budget(hybridplan, data, peak)
+    budget, frac, refused = _choose_budget(hybridplan, data, peak)
     del data
     runs: list[dict[str, float]] = []
     facts: dict[str, Any] = {}
@@ -112,6 +115,7 @@ def child_synthetic(nodes: int, kind: str, repeat: int) -> dict[str, Any]:
             "nodes": analysis.num_nodes,
             "bytes": len(data),
             "peak": analysis.peak_bytes,
+            "persistent": analysis.persistent_bytes,
             "planned_peak": result.plan.planned.peak_bytes,
             "swaps": len(result.plan.swaps),
             "recomputes": len(result.plan.recomputes),
@@ -125,6 +129,7 @@ def child_synthetic(nodes: int, kind: str, repeat: int) -> dict[str, Any]:
         "kind": kind,
         "budget": budget,
         "fraction": frac,
+        "refused": refused,
         "repeat": repeat,
         "runs": runs,
         "median": _median_parts(runs),
@@ -140,20 +145,24 @@ def child_resnet(repeat: int) -> dict[str, Any]:
 
     import hybridplan
     from hybridplan import models
+    from hybridplan._graphio import graph_bytes
     from hybridplan.rewriting import rewrite_with_summary
 
     rss_base = _rss_mib()
     t_trace, traced = _timed(lambda: models.resnet152(size=224, batch=2).trace())
+    loss = graph_bytes(traced)[1]
     analysis = hybridplan.analyze(traced)
-    budget, frac = _choose_budget(hybridplan, traced, analysis.peak_bytes)
+    budget, frac, refused = _choose_budget(hybridplan, traced, analysis.peak_bytes)
     runs: list[dict[str, float]] = []
     facts: dict[str, Any] = {}
     for _ in range(repeat):
         t: dict[str, float] = {}
         t["serialise"], data = _timed(traced.graph_def.SerializeToString)
-        t["analyze"], _ = _timed(hybridplan.analyze, traced)
+        t["analyze"], _ = _timed(hybridplan.analyze, data, loss=loss)
         t["parse"], gd = _timed(graph_pb2.GraphDef.FromString, data)
-        t["core"], plan = _timed(hybridplan.plan, traced, budget, strategy=STRATEGY, device=DEVICE)
+        t["core"], plan = _timed(
+            hybridplan.plan, data, budget, strategy=STRATEGY, device=DEVICE, loss=loss
+        )
         t0 = time.perf_counter()
         rewrite_with_summary(gd, plan.rewrite_spec(), target=TARGET)
         t["write_back"] = time.perf_counter() - t0
@@ -165,6 +174,7 @@ def child_resnet(repeat: int) -> dict[str, Any]:
             "nodes": analysis.num_nodes,
             "bytes": len(data),
             "peak": analysis.peak_bytes,
+            "persistent": analysis.persistent_bytes,
             "planned_peak": result.plan.planned.peak_bytes,
             "swaps": len(result.plan.swaps),
             "recomputes": len(result.plan.recomputes),
@@ -177,6 +187,7 @@ def child_resnet(repeat: int) -> dict[str, Any]:
         "trace_s": t_trace,
         "budget": budget,
         "fraction": frac,
+        "refused": refused,
         "repeat": repeat,
         "runs": runs,
         "median": _median_parts(runs),
@@ -205,7 +216,8 @@ def _fmt_s(x: float | None) -> str:
 def table(rows: list[dict[str, Any]]) -> str:
     head = (
         "| graph | nodes | MB | runs | generate | analyze | parse | serialise | core "
-        "| write-back | apply | nodes/s | swaps / clones | budget | RSS base | RSS peak |"
+        "| write-back | apply | apply min-max | nodes/s | swaps / clones | budget "
+        "| RSS base | RSS peak |"
     )
     lines = [head, "|" + "---|" * (head.count("|") - 1)]
     for r in rows:
@@ -216,7 +228,9 @@ def table(rows: list[dict[str, Any]]) -> str:
             f"| {r['name']} | {r['nodes']:,} | {r['bytes'] / 1e6:.1f} | {r['repeat']} "
             f"| {_fmt_s(m.get('generate'))} | {_fmt_s(m['analyze'])} | {_fmt_s(m['parse'])} "
             f"| {_fmt_s(m['serialise'])} | {_fmt_s(m['core'])} | {_fmt_s(m['write_back'])} "
-            f"| {_fmt_s(m['apply'])} | {r['nodes'] / m['apply']:,.0f} "
+            f"| {_fmt_s(m['apply'])} "
+            f"| {_fmt_s(min(x['apply'] for x in r['runs']))}-"
+            f"{_fmt_s(max(x['apply'] for x in r['runs']))} | {r['nodes'] / m['apply']:,.0f} "
             f"| {ins['swap_out']} / {ins['clones']} | {budget} "
             f"| {r['rss_base_mib']:,.0f} MiB | {r['rss_mib']:,.0f} MiB |"
         )
@@ -255,14 +269,22 @@ def main(argv: list[str] | None = None) -> None:
         rows.append(_run_child(["--child", "resnet", "--repeat", str(repeat)], timeout=3600))
         print(f"done: ResNet-152 (traced in {rows[-1]['trace_s']:.1f} s)", file=sys.stderr)
     print(table(rows))
+    print()
     for r in rows:
-        p = r["planned_peak"]
+        gib = 2**30
         print(
-            f"\n{r['name']}: analysed peak {r['peak'] / 2**30:.3f} GiB, budget "
-            f"{r['budget'] / 2**30:.3f} GiB, planned peak {p / 2**30:.3f} GiB, "
-            f"{r['nodes']:,} -> {r['out_nodes']:,} nodes"
-            + (f", traced in {r['trace_s']:.1f} s (not counted)" if "trace_s" in r else "")
+            f"- {r['name']}: analysed peak {r['peak'] / gib:.3f} GiB (persistent "
+            f"{r['persistent'] / gib:.3f}), budget {r['budget'] / gib:.3f} GiB, planned peak "
+            f"{r['planned_peak'] / gib:.3f} GiB, {r['nodes']:,} -> {r['out_nodes']:,} nodes"
+            + (f"; traced in {r['trace_s']:.1f} s (not counted)" if "trace_s" in r else "")
+            + "".join(
+                f"; {x['fraction']:.1f} x peak refused (BudgetError, best peak "
+                f"{x['best_peak'] / gib:.3f} GiB)"
+                for x in r["refused"]
+            )
         )
+    load = os.getloadavg()
+    print(f"\nload average at the end: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")
     if args.json:
         with open(args.json, "w") as f:
             json.dump(rows, f, indent=1)

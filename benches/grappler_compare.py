@@ -225,25 +225,36 @@ def _node_name(inp: str) -> str:
 
 
 def grappler_counts(original: Any, out: Any) -> dict[str, int]:
-    """What Grappler's memory optimizer inserted, by its own names and ops."""
+    """What Grappler's memory optimizer inserted, by its own names and ops, and the bytes
+    of the distinct tensors it swaps (shapes from the input graph, dtype from ``T``)."""
+    from tensorflow.python.framework import dtypes
+
     known = {n.name for n in original.node}
-    ops = collections.Counter()
-    swapped_tensors: set[str] = set()
-    swapped_clones = 0
+    orig = {n.name: n for n in original.node}
+    by_name = {n.name: n for n in out.node}
+    ops: collections.Counter[str] = collections.Counter()
+    swapped: dict[str, int] = {}  # tensor -> dtype enum
     for n in out.node:
         if n.name in known:
             continue
         ops[n.op] += 1
         if n.op == HOST_COPY and n.name.startswith("swap_out_"):
             src = n.input[0] if ":" in n.input[0] else n.input[0] + ":0"
-            swapped_tensors.add(src)
-            swapped_clones += src.startswith("Recomputed/")
+            swapped[src] = n.attr["T"].type
+    swapped_bytes = 0
+    for tensor, dtype in swapped.items():
+        shape = _shape_of(by_name, orig, tensor)
+        elems = 1
+        for d in shape.dim:
+            elems *= max(d.size, 1)
+        swapped_bytes += elems * dtypes.as_dtype(dtype).size
     return {
         "added": sum(ops.values()),
         "swap_out": sum(1 for n in out.node if n.name.startswith("swap_out_")),
         "swap_in": sum(1 for n in out.node if n.name.startswith("swap_in_")),
-        "swapped_tensors": len(swapped_tensors),
-        "swapped_clone_tensors": swapped_clones,
+        "swapped_tensors": len(swapped),
+        "swapped_bytes": swapped_bytes,
+        "swapped_clone_tensors": sum(1 for t in swapped if t.startswith("Recomputed/")),
         "recomputed": sum(1 for n in out.node if n.name.startswith("Recomputed/")),
         "recompute_triggers": sum(1 for n in out.node if n.name.startswith("RecomputeTrigger/")),
         "addn_rewritten": ops.get("TemporaryVariable", 0),
@@ -341,8 +352,12 @@ def device_view(original: Any, rewritten: Any, host_out: set[str], device_in: se
     return view
 
 
-def analysed_peak(hybridplan: Any, view: Any, loss: str | None) -> int | str:
+def analysed_peak(
+    hybridplan: Any, original: Any, rewritten: Any, host: set[str], dev: set[str], loss: Any
+) -> int | str:
+    """Peak of the device view by ``hybridplan.analyze``, or what went wrong (as text)."""
     try:
+        view = device_view(original, rewritten, host, dev)
         return hybridplan.analyze(view.SerializeToString(), loss=loss).peak_bytes
     except Exception as e:  # report what the analysis said instead of failing the bench
         return f"{type(e).__name__}: {str(e)[:120]}"
@@ -389,7 +404,7 @@ def bench_size(nodes: int, kind: str, levels: list[str], repeat: int, g_repeat: 
     summary = result.summary
     host_out = set(summary.swap_out) if summary else set()
     device_in = set(summary.swap_in) if summary else set()
-    hp_view_peak = analysed_peak(hybridplan, device_view(gd, hp_out, host_out, device_in), None)
+    hp_view_peak = analysed_peak(hybridplan, gd, hp_out, host_out, device_in, None)
     hp = {
         "core_s": statistics.median(core_t),
         "apply_s": statistics.median(apply_t),
@@ -401,6 +416,7 @@ def bench_size(nodes: int, kind: str, levels: list[str], repeat: int, g_repeat: 
         "swaps": len(plan.swaps),
         "recomputes": len(plan.recomputes),
         "clones": plan.planned.clones,
+        "swapped_bytes": sum(x["bytes"] for x in plan.swaps),
         "inserted": dict(result.report.get("inserted", {})),
         "view_peak": hp_view_peak,
     }
@@ -411,19 +427,24 @@ def bench_size(nodes: int, kind: str, levels: list[str], repeat: int, g_repeat: 
         runs = []
         for _ in range(g_repeat):
             out, wall, pass_s = run_grappler(mg, level, budget)
-            runs.append({"wall_s": wall, "pass_s": pass_s, **grappler_counts(gd, out)})
-        host = {x.name for x in out.node if x.op == HOST_COPY}
-        dev = {x.name for x in out.node if x.op == DEVICE_COPY}
-        view = device_view(gd, out, host, dev)
+            host = {x.name for x in out.node if x.op == HOST_COPY}
+            dev = {x.name for x in out.node if x.op == DEVICE_COPY}
+            runs.append(
+                {
+                    "wall_s": wall,
+                    "pass_s": pass_s,
+                    "view_peak": analysed_peak(hybridplan, gd, out, host, dev, analysis.loss),
+                    "out_nodes": len(out.node),
+                    **grappler_counts(gd, out),
+                }
+            )
+            del out
         grappler[level] = {
             "wall_s": statistics.median(r["wall_s"] for r in runs),
             "pass_s": statistics.median(r["pass_s"] or 0.0 for r in runs),
             "runs": runs,
             "counts": runs[-1],
-            "view_peak": analysed_peak(hybridplan, view, analysis.loss),
-            "out_nodes": len(out.node),
         }
-        del out, view
     return {
         "name": f"{kind} {nodes:.0e}".replace("e+0", "e"),
         "nodes": n,
@@ -456,7 +477,15 @@ def _us_node(t: float, n: int) -> str:
 
 def _spread(runs: list[dict], key: str) -> str:
     vals = sorted({r[key] for r in runs})
-    return f"{vals[0]}" if len(vals) == 1 else f"{vals[0]}-{vals[-1]}"
+    return f"{vals[0]:,}" if len(vals) == 1 else f"{vals[0]:,}-{vals[-1]:,}"
+
+
+def _peaks(runs: list[dict]) -> str:
+    vals = [r["view_peak"] for r in runs]
+    if not all(isinstance(v, int) for v in vals):
+        return "; ".join(sorted({_gib(v) for v in vals}))
+    lo, hi = min(vals), max(vals)
+    return _gib(lo) if lo == hi else f"{_gib(lo)}-{_gib(hi)}"
 
 
 def tables(rows: list[dict]) -> str:
@@ -490,44 +519,47 @@ def tables(rows: list[dict]) -> str:
         "What each inserted and the device peak (GiB) by hybridplan's analysis "
         "(device view; see the docstring):",
         "",
-        "| graph | method | swap pairs (tensors) | recomputed nodes | AddN rewritten "
-        "| nodes after | analysed peak | planned peak | step time (s) |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| graph | method | swap pairs (tensors) | GiB swapped | recomputed nodes "
+        "| AddN rewritten | nodes after | analysed peak | planned peak | step time (s) |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         hp = r["hybridplan"]
         ins = hp["inserted"]
         out.append(
-            f"| {r['name']} | original | - | - | - | {r['nodes']:,} | {_gib(r['peak'])} "
+            f"| {r['name']} | original | - | - | - | - | {r['nodes']:,} | {_gib(r['peak'])} "
             f"| - | {hp['original_step_s']:.4g} |"
         )
         out.append(
-            f"| {r['name']} | budget ({r['fraction']:.1f} x peak) | | | | | "
+            f"| {r['name']} | budget ({r['fraction']:.1f} x peak) | | | | | | "
             f"{_gib(r['budget'])} | | |"
         )
         out.append(
             f"| {r['name']} | hybridplan hybrid | {ins.get('swap_out', 0)} ({hp['swaps']}) "
-            f"| {ins.get('clones', 0)} | - | {r['nodes'] + sum(ins.values()):,} "
-            f"| {_gib(hp['view_peak'])} | {_gib(hp['planned_peak'])} "
-            f"| {hp['planned_step_s']:.4g} |"
+            f"| {_gib(hp['swapped_bytes'])} | {ins.get('clones', 0)} | - "
+            f"| {r['nodes'] + sum(ins.values()):,} | {_gib(hp['view_peak'])} "
+            f"| {_gib(hp['planned_peak'])} | {hp['planned_step_s']:.4g} |"
         )
         for level, g in r["grappler"].items():
-            c, runs = g["counts"], g["runs"]
+            runs = g["runs"]
+            gib = [x["swapped_bytes"] for x in runs]
+            gib_s = _gib(min(gib)) + ("" if min(gib) == max(gib) else f"-{_gib(max(gib))}")
             out.append(
                 f"| {r['name']} | Grappler {level} | {_spread(runs, 'swap_out')} "
-                f"({_spread(runs, 'swapped_tensors')}) | {_spread(runs, 'recomputed')} "
-                f"| {_spread(runs, 'addn_rewritten')} | {g['out_nodes']:,} "
-                f"| {_gib(g['view_peak'])} | - | - |"
+                f"({_spread(runs, 'swapped_tensors')}) | {gib_s} | {_spread(runs, 'recomputed')} "
+                f"| {_spread(runs, 'addn_rewritten')} | {_spread(runs, 'out_nodes')} "
+                f"| {_peaks(runs)} | - | - |"
             )
-            if c["swapped_clone_tensors"]:
+            if any(x["swapped_clone_tensors"] for x in runs):
                 out.append(
-                    f"| | (of which swaps of recomputed clones: "
-                    f"{c['swapped_clone_tensors']} tensors) | | | | | | | |"
+                    f"| | (of which recomputed clones: "
+                    f"{_spread(runs, 'swapped_clone_tensors')} tensors) | | | | | | | | |"
                 )
     out += [
         "",
         "Swap pairs: one per swapped consumer input (Grappler) or per swap-in (hybridplan); "
-        "in brackets the distinct tensors swapped. A range means Grappler's runs differed. "
+        "in brackets the distinct tensors swapped; GiB swapped: their total size. "
+        "A range means Grappler's runs differed. "
         "Step time: hybridplan's cost model (original, and its plan); it has none for "
         "Grappler's graph.",
     ]
@@ -564,6 +596,8 @@ def main(argv: list[str] | None = None) -> None:
         "\nprep (defaults, devices, MetaGraphDef; not counted): "
         + ", ".join(f"{r['name']} {_s(r['prep_s'])}" for r in rows)
     )
+    load = os.getloadavg()
+    print(f"load average at the end: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")
     if args.json:
         with open(args.json, "w") as f:
             json.dump(rows, f, indent=1)

@@ -55,7 +55,7 @@ def test_budget_below_the_variables_says_so():
     a = hybridplan.analyze(FIXTURE)
     with pytest.raises(hybridplan.BudgetError, match="variables") as e:
         hybridplan.plan(FIXTURE, a.persistent_bytes - 1)
-    assert e.value.best_peak == a.persistent_bytes
+    assert a.persistent_bytes <= e.value.best_peak <= a.peak_bytes
 
 
 def test_unreachable_budget_names_the_smallest_peak(synth):

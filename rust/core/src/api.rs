@@ -136,13 +136,6 @@ pub fn plan_analysis(
             "the budget must be a positive number of bytes".into(),
         ));
     }
-    if opts.budget < a.graph.persistent_bytes {
-        return Err(PlanError::Budget {
-            budget: opts.budget,
-            best_peak: a.graph.persistent_bytes,
-            strategy: "none (the variables and optimizer slots alone need more)".into(),
-        });
-    }
     check_supported(&a.graph)?;
     let (times, unknown_ops) = op_times(&a.graph, dev, profile);
     let ctx = Ctx {
@@ -165,7 +158,19 @@ pub fn plan_analysis(
         })
     };
     let planner = Planner::new(&ctx, opts, &judge);
-    let planned: Planned = planner.run()?;
+    let planned: Planned = planner.run().map_err(|e| match e {
+        PlanError::Budget { budget, best_peak, strategy } if budget < a.graph.persistent_bytes => {
+            PlanError::Budget {
+                budget,
+                best_peak,
+                strategy: format!(
+                    "{strategy}; the variables and optimizer slots alone take {} bytes",
+                    a.graph.persistent_bytes
+                ),
+            }
+        }
+        e => e,
+    })?;
     let original = simulate(&a.graph, &a.schedule, &times, dev, &Plan::default())?;
     let sim = simulate(&a.graph, &a.schedule, &times, dev, &planned.plan)?;
     if sim.peak_bytes > opts.budget {

@@ -133,7 +133,10 @@ fn an_unreachable_budget_names_the_smallest_peak() {
         ),
     }
     match run(&a, &dev, Strategy::Hybrid, a.graph.persistent_bytes - 1) {
-        Err(PlanError::Budget { best_peak, .. }) => assert_eq!(best_peak, a.graph.persistent_bytes),
+        Err(PlanError::Budget { best_peak, strategy, .. }) => {
+            assert!(best_peak >= a.graph.persistent_bytes);
+            assert!(strategy.contains("variables"), "{strategy}");
+        }
         other => panic!(
             "expected a budget error, got {:?}",
             other.map(|o| o.report.planned)

@@ -525,6 +525,14 @@ impl<'a> Planner<'a> {
     }
 }
 
+/// Recompute options: every unit, and segments of 2, 4 and 8 consecutive
+/// units (in schedule order of their heads) recomputed together from the
+/// segment's inputs, Chen et al.'s checkpointing at several granularities.
+/// A segment frees the tensors its units hand each other, which a single
+/// unit must keep for its successor's clone.
+///
+/// # Complexity
+/// O(N + E) for the units, O(sum of segment sizes) = O(4 N) for the segments.
 fn recompute_options(ctx: &Ctx<'_>, cands: &[SwapCandidate]) -> Vec<RecomputeOpt> {
     let units = partition(ctx.g, ctx.s);
     let mut gap_of = vec![NONE; ctx.g.num_tensors()];
@@ -534,10 +542,24 @@ fn recompute_options(ctx: &Ctx<'_>, cands: &[SwapCandidate]) -> Vec<RecomputeOpt
         }
     }
     let mut in_unit = vec![false; ctx.g.num_nodes()];
-    units
-        .units
-        .iter()
-        .enumerate()
-        .flat_map(|(u, nodes)| unit_options(ctx, u, nodes, cands, &gap_of, &mut in_unit))
-        .collect()
+    let mut out: Vec<RecomputeOpt> = Vec::new();
+    for (u, nodes) in units.units.iter().enumerate() {
+        out.extend(unit_options(ctx, u, nodes, cands, &gap_of, &mut in_unit));
+    }
+    let n = units.units.len();
+    for width in SEGMENT_WIDTHS {
+        for start in (0..n).step_by(width / 2) {
+            let end = (start + width).min(n);
+            if end - start < 2 {
+                continue;
+            }
+            let mut nodes: Vec<u32> = units.units[start..end].iter().flatten().copied().collect();
+            nodes.sort_by_key(|&v| ctx.s.pos[v as usize]);
+            out.extend(unit_options(ctx, n + start, &nodes, cands, &gap_of, &mut in_unit));
+        }
+    }
+    out
 }
+
+/// Segment widths (units), each placed at half-width strides.
+const SEGMENT_WIDTHS: [usize; 3] = [2, 4, 8];
