@@ -4,7 +4,7 @@ For small workloads that train on a CPU in a fraction of a second per step, each
 logical CPU devices (``/device:CPU:0`` plays the accelerator, ``/device:CPU:1`` the host)::
 
     python benches/accuracy.py            # all workloads, 5 traced + 5 timed steps each
-    python benches/accuracy.py --quick    # small_cnn and the MLP, 3 steps
+    python benches/accuracy.py --quick    # small_cnn and the MLP, 3 steps, docs untouched
     python benches/accuracy.py --only transformer --explain
 
 What is compared (ratios are measured / predicted, so > 1 means the model is short):
@@ -20,27 +20,35 @@ What is compared (ratios are measured / predicted, so > 1 means the model is sho
   ``f`` in (0.7, 0.8, 0.9) that plans. Predicted: ``plan.planned.peak_bytes - persistent``;
   measured: the rewritten graph's device peak, and whether it is within
   ``budget - persistent``.
-- **Step time, original graph.** Measured: the median wall time of untraced
-  ``Session.run`` steps (those of ``measure`` and of ``profile`` together). Predicted: the
+- **Step time, original graph.** Measured: the median wall time of the untraced
+  ``Session.run`` steps that ``profile`` runs alternately with its traced ones (so that
+  both see the same machine load). Predicted: the
   simulator's original step time (``plan(...).report["original"]["step_time_s"]``) on the
   ``cpu`` preset's estimates, and with the measured profile
   (``hybridplan.profiling.profile`` -> ``plan(..., profile=prof.times)``).
 - **Step time, planned graphs.** The slowdown of each plan over the original, predicted
   by the simulator (the plan's ``planned`` vs ``original`` step time, ``cpu`` preset
-  estimates, as the plan was made) and measured.
+  estimates, as the plan was made) and measured (planned and original steps run in turn
+  in one process).
 
-``--explain`` prints, for the original graph of each workload, where the measured peak
-and the model's peak differ: the tensors live at each peak, and the buffers TensorFlow
-forwarded in place (outputs whose ``allocation_records`` are empty).
+``--explain`` adds, for the original graph of each workload: the model's peak under the
+variants of :class:`Replica` (lowest-id or FIFO schedule, in-place forwarding, fed inputs)
+against the measured step peaks, with the rank correlation of each schedule with the
+measured start times; the differences between the measured and the modelled live sets at
+the measured peak, by cause; the op time by type, measured vs estimated; and, for each
+plan, when its swap-ins and clones really ran against their triggers. ``--no-plans``
+skips the planned graphs.
 
-The table goes to stdout and, between the markers ``<!-- accuracy:begin -->`` and
-``<!-- accuracy:end -->``, into ``docs/accuracy.md`` (``--no-docs`` to skip).
+The tables go to stdout and, for a run of every workload (no ``--quick``, no ``--only``),
+between the markers ``<!-- accuracy:begin -->`` and ``<!-- accuracy:end -->`` into
+``docs/accuracy.md``, whose other text is kept (``--no-docs`` to skip).
 """
 
 from __future__ import annotations
 
 import argparse
 import datetime
+import math
 import platform
 import statistics
 import sys
@@ -133,9 +141,11 @@ class PlanRow:
     predicted_step: float = float("nan")
     predicted_original_step: float = float("nan")
     measured_step: float = float("nan")
+    measured_original_step: float = float("nan")
     swaps: int = 0
     clones: int = 0
     error: str = ""
+    explained: str = ""
 
 
 @dataclass
@@ -150,9 +160,13 @@ class Row:
     step_estimate: float
     step_profile: float
     serial: float
+    durations: float
+    step_min: float
+    busy_min: float
     traced_span: float
     coverage: float
     plans: list[PlanRow] = field(default_factory=list)
+    explained: Any = None
 
 
 def _original_step(traced: Any, peak: int, times: dict[int, float] | None) -> float:
@@ -161,9 +175,36 @@ def _original_step(traced: Any, peak: int, times: dict[int, float] | None) -> fl
     return float(p.report["original"]["step_time_s"])
 
 
-def _run_plans(b: Bench, a: Any, steps: int, base_step: float) -> list[PlanRow]:
+def interleaved_step_times(b: Bench, graphs: list[Any], rounds: int) -> list[float]:
+    """Median wall seconds of one untraced step of each GraphDef (None: the original),
+    the graphs run in turn in each round, so that a loaded machine slows them alike."""
+    config = tf.compat.v1.ConfigProto(device_count={"CPU": 2}, allow_soft_placement=True)
+    sessions, runs = [], []
+    try:
+        for gd in graphs:
+            graph, feeds, fetches, init = measuring._session_graph(b.traced, gd)
+            sess = tf.compat.v1.Session(graph=graph, config=config)
+            sessions.append(sess)
+            sess.run(init)
+            runs.append(measuring._runner(sess, feeds, fetches, b.batch, b.traced.loss_index, []))
+        for run in runs:
+            for s in range(2):
+                run(s, None)
+        times: list[list[float]] = [[] for _ in runs]
+        for r in range(rounds):
+            for k, run in enumerate(runs):
+                t0 = time.perf_counter()
+                run(2 + r, None)
+                times[k].append(time.perf_counter() - t0)
+    finally:
+        for sess in sessions:
+            sess.close()
+    return [statistics.median(t) for t in times]
+
+
+def _run_plans(b: Bench, a: Any, steps: int, explain: bool = False) -> list[PlanRow]:
     persistent, act = a.persistent_bytes, a.activation_peak_bytes
-    rows = []
+    rows, graphs = [], []
     for strategy in STRATEGIES:
         row = PlanRow(strategy)
         result = None
@@ -192,16 +233,23 @@ def _run_plans(b: Bench, a: Any, steps: int, base_step: float) -> list[PlanRow]:
             m = measuring.measure(b.traced, result.graph_def, b.batch, steps=steps)
             row.measured = m.device_peak
             row.measured_min = min(m.step_peaks.get(m.device, [0]))
-            row.measured_step = m.step_time
+            graphs.append(result.graph_def)
+            if explain:
+                row.explained = explain_plan(b, a, strategy, result)
         rows.append(row)
+    if graphs:
+        original, *planned = interleaved_step_times(b, [None, *graphs], 3 * steps)
+        done = [r for r in rows if r.fraction is not None]
+        for r, t in zip(done, planned, strict=True):
+            r.measured_step, r.measured_original_step = t, original
     return rows
 
 
-def run_workload(b: Bench, steps: int, explain: bool) -> Row:
+def run_workload(b: Bench, steps: int, explain: bool, plans: bool = True) -> Row:
     a = hybridplan.analyze(b.traced)
     base = measuring.measure(b.traced, None, b.batch, steps=steps)
     prof = profile(b.traced, b.batch, steps=steps)
-    step = statistics.median(base.step_times + prof.step_times)
+    step = prof.step_time  # untraced steps alternating with the profile's traced ones
     row = Row(
         name=b.name,
         nodes=b.traced.num_nodes,
@@ -213,71 +261,529 @@ def run_workload(b: Bench, steps: int, explain: bool) -> Row:
         step_estimate=_original_step(b.traced, a.peak_bytes, None),
         step_profile=_original_step(b.traced, a.peak_bytes, prof.times),
         serial=prof.serial_time,
+        durations=sum(prof.durations.values()),
+        step_min=min(prof.step_times),
+        busy_min=min(prof.busy_times),
         traced_span=prof.traced_span,
         coverage=prof.coverage,
     )
     if explain:
-        print(explain_peak(b, a), flush=True)
-    row.plans = _run_plans(b, a, steps, step)
+        row.explained = explain_peak(b, a, steps)
+        row.explained.text += "\n\n" + time_by_op(b, a, prof)
+    if plans:
+        row.plans = _run_plans(b, a, steps, explain)
     return row
 
 
 # --------------------------------------------------------------------------- explaining
 
+#: Ops whose output TensorFlow writes into an input buffer when that buffer has no other
+#: reader (``OpKernelContext::forward_input_or_allocate_output``): the cwise kernels,
+#: ``BiasAdd``, ``AddN``, ``Softmax``; seen in the allocation records (their nodes ran and
+#: allocated nothing). ``SparseSoftmaxCrossEntropyWithLogits`` writes its backprop (output
+#: 1) into the logits (input 0).
+FORWARDING = {
+    "Abs", "Add", "AddN", "AddV2", "BiasAdd", "Div", "DivNoNan", "Elu", "EluGrad", "Erf",
+    "Erfc", "Exp", "Expm1", "Floor", "LeakyRelu", "LeakyReluGrad", "Log", "Log1p",
+    "Maximum", "Minimum", "Mul", "MulNoNan", "Neg", "Pow", "RealDiv", "Reciprocal", "Relu",
+    "Relu6", "Relu6Grad", "ReluGrad", "Rsqrt", "RsqrtGrad", "Select", "SelectV2", "Selu",
+    "Sigmoid", "SigmoidGrad", "Sign", "Softmax", "Softplus", "SoftplusGrad", "Sqrt",
+    "SqrtGrad", "Square", "SquaredDifference", "Sub", "Tanh", "TanhGrad", "Xlogy",
+    "SparseSoftmaxCrossEntropyWithLogits",
+}  # fmt: skip
+#: ``opkind::aliased_input`` of the core: outputs that are their input's buffer.
+ALIASING = {
+    "Identity", "StopGradient", "PreventGradient", "Snapshot", "Reshape", "Squeeze",
+    "ExpandDims", "EnsureShape", "CheckNumerics", "CheckNumericsV2", "Bitcast",
+}  # fmt: skip
 
-def explain_peak(b: Bench, a: Any, top: int = 12) -> str:
-    """Where the measured and the modelled peaks of the original graph differ.
 
-    Runs one traced step, replays the device's allocation records and lists the buffers
-    live at the measured peak (by the node that allocated them), the tensors live at the
-    model's peak (``Analysis.live_at_peak``), and the model's tensors of nodes that
-    allocated nothing in the step (outputs forwarded from an input buffer, or nodes that
-    did not run).
+class Replica:
+    """The core's liveness model (``rust/core/src/liveness.rs``) in Python, per tensor,
+    with the variants the measurements point to. Checked against ``analyze``.
+
+    ``order``: ``"lowest-id"`` (the core's schedule) or ``"fifo"`` (Kahn's algorithm with
+    a first-in first-out ready queue, successors in id order: the order in which
+    TensorFlow's executor makes nodes ready). ``forward``: outputs of :data:`FORWARDING`
+    ops take over an input buffer whose last reader they are (same dtype and element
+    count, read once, not a fed input or a constant). ``feeds``: count the argument
+    placeholders (the fed batch), which the allocation records of a step never show.
     """
-    graph, feeds, fetches, init = measuring._session_graph(b.traced, None)
+
+    def __init__(self, traced: Any):
+        self.traced = traced
+        self.nodes = list(traced.graph_def.node)
+        self.index = {n.name: i for i, n in enumerate(self.nodes)}
+        graph = traced.concrete_function.graph
+        self.ops = [graph.get_operation_by_name(n.name) for n in self.nodes]
+        self.outputs: list[list[tuple[int, int]]] = []  # per node: (bytes, dtype size)
+        for n, op in zip(self.nodes, self.ops, strict=True):
+            reads = n.op == "ReadVariableOp" and any(t.dtype == tf.resource for t in op.inputs)
+            self.outputs.append([(0 if reads else _bytes(t), t.dtype.size) for t in op.outputs])
+        self.inputs: list[list[tuple[int, int]]] = []  # per node: data inputs (node, k)
+        self.preds: list[set[int]] = []
+        for n in self.nodes:
+            data, preds = [], set()
+            for ref in n.input:
+                name, k = _split_ref(ref)
+                preds.add(self.index[name])
+                if not ref.startswith("^"):
+                    data.append((self.index[name], k))
+            self.inputs.append(data)
+            self.preds.append(preds)
+        self.fed = {self.index[name] for name in traced.inputs}
+
+    def order(self, kind: str, lowest_id: list[int]) -> list[int]:
+        if kind == "lowest-id":
+            return list(lowest_id)
+        succ: list[list[int]] = [[] for _ in self.nodes]
+        for v, preds in enumerate(self.preds):
+            for p in preds:
+                succ[p].append(v)
+        indeg = [len(p) for p in self.preds]
+        ready = [v for v in range(len(self.nodes)) if indeg[v] == 0]
+        out, head = [], 0
+        while head < len(ready):
+            v = ready[head]
+            head += 1
+            out.append(v)
+            for s in sorted(succ[v]):
+                indeg[s] -= 1
+                if indeg[s] == 0:
+                    ready.append(s)
+        return out
+
+    def liveness(
+        self, order: list[int], *, forward: bool = False, feeds: bool = True, with_owner=False
+    ) -> Any:
+        """Memory timeline (activation bytes per position) and, per owning tensor,
+        ``(bytes, produced at, last use)`` (and ``{tensor: owning tensor}``)."""
+        pos = {v: p for p, v in enumerate(order)}
+        last: dict[tuple[int, int], int] = {}
+        for v in order:
+            for k in range(len(self.outputs[v])):
+                last[(v, k)] = pos[v]
+        readers: dict[tuple[int, int], list[int]] = {}
+        for v in order:
+            for t in self.inputs[v]:
+                last[t] = max(last[t], pos[v])
+                readers.setdefault(t, []).append(v)
+        owner: dict[tuple[int, int], tuple[int, int]] = {}
+        group_last: dict[tuple[int, int], int] = {}
+        for v in order:
+            n, data = self.nodes[v], self.inputs[v]
+            for k, (_, size) in enumerate(self.outputs[v]):
+                t = (v, k)
+                src = None
+                if n.op in ALIASING or n.op == "IdentityN":
+                    slot = k if n.op == "IdentityN" else 0
+                    if slot < len(data) and self._size(data[slot]) == size:
+                        src = data[slot]
+                elif forward and n.op in FORWARDING:
+                    src = self._forwardable(v, k, data, owner, group_last, readers, pos)
+                o = owner.get(src, src) if src is not None else t
+                owner[t] = o
+                group_last[o] = max(group_last.get(o, last[t]), last[t])
+        intervals = {}
+        for t, o in owner.items():
+            if o == t:
+                nbytes = self.outputs[t[0]][t[1]][0]
+                if not feeds and t[0] in self.fed:
+                    nbytes = 0
+                intervals[t] = (nbytes, pos[t[0]], group_last[t])
+        delta = np.zeros(len(order) + 1, np.int64)
+        for nbytes, p, q in intervals.values():
+            delta[p] += nbytes
+            delta[q + 1] -= nbytes
+        timeline = np.cumsum(delta[:-1])
+        return (timeline, intervals, owner) if with_owner else (timeline, intervals)
+
+    def _size(self, t: tuple[int, int]) -> int:
+        return self.outputs[t[0]][t[1]][1]
+
+    def _forwardable(self, v, k, data, owner, group_last, readers, pos):
+        out = self.ops[v].outputs[k]
+        slots = [0] if self.nodes[v].op == "SparseSoftmaxCrossEntropyWithLogits" else None
+        if slots is not None and k != 1:
+            return None
+        for slot, t in enumerate(data):
+            if slots is not None and slot not in slots:
+                continue
+            src = self.ops[v].inputs[slot]
+            if src.dtype != out.dtype or _elements(src) != _elements(out) or _elements(out) < 0:
+                continue
+            o = owner.get(t, t)
+            if o[0] in self.fed or self.nodes[o[0]].op in ("Const", "ReadVariableOp"):
+                continue
+            if self.outputs[o[0]][o[1]][0] == 0 or sum(1 for u in data if u == t) != 1:
+                continue
+            if group_last.get(o, -1) == pos[v] and readers.get(t, []).count(v) == 1:
+                return t
+        return None
+
+
+def _split_ref(ref: str) -> tuple[str, int]:
+    name = ref.lstrip("^")
+    if ":" in name:
+        name, k = name.rsplit(":", 1)
+        return name, int(k)
+    return name, 0
+
+
+def _elements(t: Any) -> int:
+    if t.shape.rank is None:
+        return -1
+    dims = t.shape.as_list()
+    return int(np.prod([8 if d is None else d for d in dims])) if dims else 1
+
+
+def _bytes(t: Any) -> int:
+    if t.dtype in (tf.resource, tf.variant) or t.shape.rank is None:
+        return 0
+    return _elements(t) * t.dtype.size
+
+
+def _rank_correlation(x: list[float], y: list[float]) -> float:
+    rx = np.argsort(np.argsort(x)).astype(float)
+    ry = np.argsort(np.argsort(y)).astype(float)
+    return float(np.corrcoef(rx, ry)[0, 1]) if len(x) > 1 else float("nan")
+
+
+def _traced_stats(b: Bench, steps: int, graph_def: Any = None) -> list[Any]:
+    graph, feeds, fetches, init = measuring._session_graph(b.traced, graph_def)
     config = tf.compat.v1.ConfigProto(device_count={"CPU": 2}, allow_soft_placement=True)
     options = tf.compat.v1.RunOptions(trace_level=tf.compat.v1.RunOptions.FULL_TRACE)
     losses: list[Any] = []
     with tf.compat.v1.Session(graph=graph, config=config) as sess:
         sess.run(init)
         run = measuring._runner(sess, feeds, fetches, b.batch, b.traced.loss_index, losses)
-        run(0, None)
-        stats = run(1, options).step_stats
-    events = []  # (time, bytes, node)
-    allocated: dict[str, int] = {}
+        for s in range(2):
+            run(s, None)
+        return [run(2 + s, options).step_stats for s in range(steps)]
+
+
+@dataclass
+class Explained:
+    name: str
+    measured: list[int]
+    variants: dict[str, int]
+    correlation: dict[str, float]
+    text: str
+
+
+def explain_peak(b: Bench, a: Any, steps: int = 3, top: int = 8) -> Explained:
+    """Where the measured and the modelled peaks of the original graph differ.
+
+    Replays one traced step (the one with the largest device peak) buffer by buffer,
+    and compares its live set at the measured peak with the model's at the schedule
+    position of the node running then; computes the model's peak under the variants of
+    :class:`Replica` and how well each schedule ranks the measured start times.
+    """
+    rep = Replica(b.traced)
+    lowest = [int(v) for v in a.order]
+    base_timeline, _ = rep.liveness(lowest)
+    if int(base_timeline.max()) != a.activation_peak_bytes:
+        raise AssertionError(
+            f"the replica's peak {int(base_timeline.max())} differs from analyze's "
+            f"{a.activation_peak_bytes}: liveness.rs changed, update Replica"
+        )
+    all_stats = _traced_stats(b, steps)
+    peaks = [int(measuring.replay_step_stats(s)["/device:CPU:0"][1].max()) for s in all_stats]
+    stats = all_stats[int(np.argmax(peaks))]
+    # Buffers of the device: (alloc us, free us or None, bytes, GraphDef node or -1, name).
+    buffers, start, end = [], {}, {}
     for dev in stats.dev_stats:
-        if measuring.device_key(dev.device) != "/device:CPU:0":
-            continue
+        on_device = measuring.device_key(dev.device) == "/device:CPU:0"
         for ns in dev.node_stats:
             name = ns.node_name.removeprefix("step/")
+            v = rep.index.get(name, -1)
+            if v >= 0:
+                start[v] = ns.all_start_micros
+                end[v] = ns.all_start_micros + max(ns.op_end_rel_micros, ns.all_end_rel_micros)
+            if not on_device:
+                continue
+            pending: dict[int, list[int]] = {}
             for mem in ns.memory:
                 for r in mem.allocation_records:
-                    events.append((r.alloc_micros, r.alloc_bytes, name))
                     if r.alloc_bytes > 0:
-                        allocated[name] = allocated.get(name, 0) + r.alloc_bytes
-    events.sort(key=lambda e: e[0])
-    live: dict[str, int] = {}
-    best, best_live, cur = 0, {}, 0
-    for _, nbytes, name in events:
-        cur += nbytes
-        live[name] = live.get(name, 0) + nbytes
-        if cur > best:
-            best, best_live = cur, {k: v for k, v in live.items() if v > 0}
-    lines = [f"### {b.name}: measured peak {best} B, model {a.activation_peak_bytes} B"]
-    lines.append("measured: buffers live at the peak, by allocating node (bytes)")
-    for name, nbytes in sorted(best_live.items(), key=lambda kv: -kv[1])[:top]:
-        lines.append(f"  {nbytes:>10}  {name}")
-    lines.append("model: tensors live at the peak (bytes)")
-    model_live = a.live_at_peak(10**6)
-    for t in model_live[:top]:
-        flag = "" if t.name.rsplit(":", 1)[0] in allocated else "   <- allocated nothing"
-        lines.append(f"  {t.bytes:>10}  {t.name} ({t.op}){flag}")
-    ghost = [t for t in model_live if t.name.rsplit(":", 1)[0] not in allocated]
-    lines.append(
-        f"model tensors live at its peak whose node allocated nothing in the step: "
-        f"{len(ghost)}, {sum(t.bytes for t in ghost)} B"
+                        pending.setdefault(r.alloc_bytes, []).append(r.alloc_micros)
+                    elif pending.get(-r.alloc_bytes):
+                        t0 = pending[-r.alloc_bytes].pop(0)
+                        buffers.append((t0, r.alloc_micros, -r.alloc_bytes, v, name))
+            for nbytes, times in pending.items():
+                buffers.extend((t0, None, nbytes, v, name) for t0 in times)
+    events = sorted(
+        [(t0, n) for t0, _, n, _, _ in buffers]
+        + [(t1, -n) for _, t1, n, _, _ in buffers if t1 is not None],
+        key=lambda e: e[0],
     )
-    return "\n".join(lines)
+    cur, best, at = 0, 0, 0
+    for t, n in events:
+        cur += n
+        if cur > best:
+            best, at = cur, t
+    live = [x for x in buffers if x[0] <= at and (x[1] is None or x[1] > at)]
+    allocating = {x[3] for x in buffers if x[3] >= 0}
+
+    lines = [f"### {b.name}", ""]
+    variants: dict[str, int] = {}
+    correlation: dict[str, float] = {}
+    common = sorted(start)
+    for kind in ("lowest-id", "fifo"):
+        order = rep.order(kind, lowest)
+        pos = {v: p for p, v in enumerate(order)}
+        correlation[kind] = _rank_correlation([start[v] for v in common], [pos[v] for v in common])
+        for forward in (False, True):
+            for feeds in (True, False):
+                timeline, _ = rep.liveness(order, forward=forward, feeds=feeds)
+                key = f"{kind}{' +forwarding' if forward else ''}{'' if feeds else ' -feeds'}"
+                variants[key] = int(timeline.max())
+    # The live sets at the measured peak: the tensors the measured buffers hold then vs
+    # the current model's tensors at the schedule position of the node running then.
+    pos = {v: p for p, v in enumerate(lowest)}
+    running = [v for v in start if start[v] <= at <= end[v]]
+    if not running:  # between two nodes: the one that started last
+        running = [max((v for v in start if start[v] <= at), key=lambda v: start[v])]
+    p_star = max(pos[v] for v in running)
+    _, intervals, owner = rep.liveness(lowest, with_owner=True)
+    model_live = {t: n for t, (n, p, q) in intervals.items() if n and p <= p_star <= q}
+    taken_over = _forwarded_buffers(rep, start, allocating)
+    held: dict[tuple[int, int], int] = {}  # model owner tensor -> bytes held at the peak
+    reasons: dict[str, int] = {}
+    examples: dict[str, list[tuple[int, str]]] = {}
+
+    def note(reason: str, nbytes: int, what: str) -> None:
+        reasons[reason] = reasons.get(reason, 0) + nbytes
+        examples.setdefault(reason, []).append((nbytes, what))
+
+    def desc(t: tuple[int, int]) -> str:
+        return f"{rep.nodes[t[0]].name}:{t[1]} ({rep.nodes[t[0]].op})"
+
+    for _, _, nbytes, v, name in live:
+        k = next((k for k, (n, _) in enumerate(rep.outputs[v]) if n == nbytes), None)
+        if v < 0 or k is None:
+            what = f"{name} ({rep.nodes[v].op})" if v >= 0 else name
+            note(
+                "measured only: not an output tensor of the model (copy-on-write "
+                "variable update, kernel scratch)",
+                nbytes,
+                what,
+            )
+            continue
+        t = (v, k)
+        while t in taken_over and start[taken_over[t][0]] <= at:
+            t = taken_over[t]  # the buffer now holds a reader's output, written in place
+        held[owner[t]] = held.get(owner[t], 0) + nbytes
+    for t, nbytes in held.items():
+        if t in model_live:
+            continue
+        if pos[t[0]] > p_star:
+            note(
+                "measured only: ran ahead of the lowest-id schedule",
+                nbytes,
+                f"{desc(t)}, position {pos[t[0]]} > {p_star}",
+            )
+        else:
+            late = [u for u in _readers(rep, t, owner) if u in end and end[u] > at]
+            wait = f", waits for {rep.nodes[late[0]].name}" if late else ""
+            note(
+                "measured only: held after the model's last use (a reader ran later "
+                "than the schedule says)",
+                nbytes,
+                f"{desc(t)}{wait}",
+            )
+    forwarded_from = {src: dst for src, dst in taken_over.items() if start[dst[0]] <= at}
+    for t, nbytes in model_live.items():
+        if t in held:
+            continue
+        v = t[0]
+        if v in rep.fed:
+            note("model only: fed input (not in the allocation records)", nbytes, desc(t))
+        elif v not in start:
+            note("model only: node did not run (fused or removed by Grappler)", nbytes, desc(t))
+        elif t in forwarded_from:
+            dst = forwarded_from[t]
+            note(
+                "model only: buffer reused in place by a reader (forward_input_or_allocate_output)",
+                nbytes,
+                f"{desc(t)} -> {rep.nodes[dst[0]].op}",
+            )
+        elif start[v] > at:
+            note("model only: produced later in the real run", nbytes, desc(t))
+        else:
+            note(
+                "model only: freed earlier in the real run (its readers ran earlier "
+                "than scheduled)",
+                nbytes,
+                desc(t),
+            )
+    lines.append(
+        f"measured peak {best} B (step peaks {peaks}); the model: {a.activation_peak_bytes} B; "
+        f"at the measured peak {_label(rep, lowest, p_star)} was running (position {p_star}), "
+        f"where the model holds {int(base_timeline[p_star])} B"
+    )
+    lines.append("")
+    lines.append("| difference at the measured peak | bytes | largest |")
+    lines.append("|---|---|---|")
+    for reason, nbytes in sorted(reasons.items(), key=lambda kv: -kv[1]):
+        ex = [f"{what}: {n}" for n, what in sorted(examples[reason], key=lambda e: -e[0])]
+        lines.append(f"| {reason} | {nbytes} | {'; '.join(ex[:top])} |")
+    return Explained(b.name, peaks, variants, correlation, "\n".join(lines))
+
+
+def _forwarded_buffers(
+    rep: Replica, start: dict[int, int], allocating: set[int]
+) -> dict[tuple[int, int], tuple[int, int]]:
+    """``{input tensor: output tensor}`` for every node that ran, allocated nothing and
+    so wrote its output into that input's buffer (a :data:`FORWARDING` op: the first
+    input of the output's dtype and element count) or shares it (:data:`ALIASING`)."""
+    out = {}
+    for v in start:
+        n, op = rep.nodes[v], rep.ops[v]
+        if not op.outputs or (v in allocating and len(op.outputs) == 1):
+            continue
+        if n.op in ALIASING and rep.inputs[v]:
+            out[rep.inputs[v][0]] = (v, 0)
+            continue
+        if n.op not in FORWARDING:
+            continue
+        k = 1 if n.op == "SparseSoftmaxCrossEntropyWithLogits" else 0
+        if k >= len(op.outputs):
+            continue
+        for slot, t in enumerate(rep.inputs[v]):
+            src = op.inputs[slot]
+            if src.dtype == op.outputs[k].dtype and _elements(src) == _elements(op.outputs[k]):
+                out.setdefault(t, (v, k))
+                break
+    return out
+
+
+def _readers(rep: Replica, t: tuple[int, int], owner: dict) -> list[int]:
+    """Nodes reading ``t`` or an alias of it."""
+    return [v for v, data in enumerate(rep.inputs) if any(owner.get(u) == t for u in data)]
+
+
+def _label(rep: Replica, order: list[int], p: int) -> str:
+    n = rep.nodes[order[p]]
+    return f"`{n.name}` ({n.op})"
+
+
+def explain_plan(b: Bench, a: Any, strategy: str, result: Any, top: int = 10) -> str:
+    """When the swap-ins and clones of a plan really ran, against their triggers.
+
+    The planner puts each swap-in (and each recompute unit's clones) after a trigger op
+    chosen by its position in the lowest-id schedule; the executor runs a node as soon
+    as its inputs are ready. Times are percentages of one traced step of the rewritten
+    graph (first node start to last node end); the trigger's planned place is its
+    schedule position as a percentage of the graph's nodes.
+    """
+    stats = _traced_stats(b, 1, result.graph_def)[0]
+    start, first, last = {}, math.inf, -math.inf
+    for dev in stats.dev_stats:
+        for ns in dev.node_stats:
+            name = ns.node_name.removeprefix("step/")
+            start[name] = ns.all_start_micros
+            first = min(first, ns.all_start_micros)
+            last = max(last, ns.all_start_micros + ns.all_end_rel_micros)
+    span = max(last - first, 1)
+
+    def at(names: list[str]) -> str:
+        times = [start[n] for n in names if n in start]
+        return f"{100 * (min(times) - first) / span:.0f}%" if times else "did not run"
+
+    pos = {int(v): p for p, v in enumerate(a.order)}
+    nodes = b.traced.graph_def.node
+    summary = result.summary
+    rows = []
+    for i, sw in enumerate(result.plan.swaps):
+        out = summary.swap_out[i] if i < len(summary.swap_out) else ""
+        for j, (trigger, trigger_name, _, _) in enumerate(sw["ins"]):
+            ins = [n for n in summary.swap_in if f"/swap_in/{i}_{j}/" in n]
+            rows.append(
+                f"| swap {sw['tensor']} ({sw['bytes']} B) | `{trigger_name}` "
+                f"({nodes[trigger].op}) | {100 * pos[trigger] / len(pos):.0f}% | "
+                f"{at([trigger_name])} | {at([nodes[sw['node']].name])} | {at([out])} | "
+                f"{at(ins)} |"
+            )
+    for r, rc in enumerate(result.plan.recomputes):
+        clones = [c for c in summary.clones if f"/recompute/{r}/" in c]
+        trigger = rc["trigger"]
+        rows.append(
+            f"| recompute {len(rc['nodes'])} op(s) from `{rc['names'][0]}` | "
+            f"`{rc['trigger_name']}` ({nodes[trigger].op}) | "
+            f"{100 * pos[trigger] / len(pos):.0f}% | {at([rc['trigger_name']])} | "
+            f"{at([nodes[v].name for v in rc['nodes']])} | - | {at(clones)} |"
+        )
+    head = [
+        f"{b.name}, {strategy}: when the inserted nodes ran (percent of a traced step)",
+        "",
+        "| decision | trigger (op) | trigger planned at | trigger ran at | original ran at "
+        "| swap-out ran at | swap-in / clones ran at |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    more = [f"| ... {len(rows) - top} more | | | | | | |"] if len(rows) > top else []
+    return "\n".join(head + rows[:top] + more)
+
+
+def time_by_op(b: Bench, a: Any, prof: Any, top: int = 12) -> str:
+    """Measured (profile) vs estimated (``cpu`` preset) op time, summed per op type.
+
+    The simulator's step time of the unplanned graph is the sum of its op times, so the
+    estimate of one op type is the step time of a profile that sets every other node to
+    0 s and leaves that type's nodes to the cost model.
+    """
+    nodes = b.traced.graph_def.node
+    by_type: dict[str, list[int]] = {}
+    for i, n in enumerate(nodes):
+        by_type.setdefault(n.op, []).append(i)
+    rows = []
+    for op, ids in by_type.items():
+        keep = set(ids)
+        others = {i: 0.0 for i in range(len(nodes)) if i not in keep}
+        estimate = _original_step(b.traced, a.peak_bytes, others or None)
+        measured = sum(prof.times.get(i, 0.0) for i in ids)
+        rows.append((measured, estimate, op, len(ids)))
+    rows.sort(key=lambda r: -max(r[0], r[1]))
+    out = [
+        f"Op time by type, {b.name} (ms; measured: sum of the profile's medians; "
+        "estimate: the `cpu` preset)",
+        "",
+        "| op | nodes | measured | estimate | measured / estimate |",
+        "|---|---|---|---|---|",
+    ]
+    for measured, estimate, op, n in rows[:top]:
+        out.append(
+            f"| {op} | {n} | {_ms(measured)} | {_ms(estimate)} | {_ratio(measured, estimate)} |"
+        )
+    rest = rows[top:]
+    m, e = sum(r[0] for r in rest), sum(r[1] for r in rest)
+    count = sum(r[3] for r in rest)
+    out.append(f"| {len(rest)} other types | {count} | {_ms(m)} | {_ms(e)} | {_ratio(m, e)} |")
+    return "\n".join(out)
+
+
+def variants_table(explained: list[Explained]) -> str:
+    """Model peaks under each variant vs the measured peaks, and schedule correlations."""
+    keys = list(explained[0].variants)
+    out = [
+        "**Model variants vs measurement** (original graphs; activation peak in MB; "
+        "measured: the largest step peak and the others; rank correlation: Spearman "
+        "between each schedule's positions and the measured start times of the nodes)",
+        "",
+        "| workload | measured | " + " | ".join(keys) + " | corr lowest-id | corr fifo |",
+        "|---|---|" + "---|" * len(keys) + "---|---|",
+    ]
+    for e in explained:
+        m = max(e.measured)
+        cells = [f"{_mb(e.variants[k])} ({m / e.variants[k]:.2f})" for k in keys]
+        out.append(
+            f"| {e.name} | {_mb(m)} ({', '.join(_mb(x) for x in e.measured)}) | "
+            + " | ".join(cells)
+            + f" | {e.correlation['lowest-id']:.2f} | {e.correlation['fifo']:.2f} |"
+        )
+    out.append("")
+    out.append("(in brackets: measured / variant)")
+    return "\n".join(out)
 
 
 # --------------------------------------------------------------------------- tables
@@ -292,7 +798,7 @@ def _ratio(measured: float, predicted: float) -> str:
 
 
 def _ms(s: float) -> str:
-    return f"{s * 1e3:.1f}"
+    return f"{s * 1e3:.2f}"
 
 
 def tables(rows: list[Row], steps: int) -> str:
@@ -328,24 +834,29 @@ def tables(rows: list[Row], steps: int) -> str:
     out += [
         "",
         "**Step time of the original graph** (ms; predicted by the simulator on the `cpu` "
-        "preset's estimates and with the measured profile; serial: the sum of the "
-        "profile's op times; span: first op start to last op end of a traced step)",
+        "preset's estimates and with the measured profile (`profile().times`: each node's "
+        "share of the wall time); durations: the sum of the nodes' own durations, "
+        "concurrent ones counted in full; span: first node start to last node end of a "
+        "traced step; least loaded: the fastest untraced step / the busy time of the "
+        "least busy traced step, both less disturbed by other processes)",
         "",
         "| workload | nodes | measured | estimate | ratio | with profile | ratio "
-        "| serial | span | coverage |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "| durations | span | least loaded | ratio | coverage |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         out.append(
             f"| {r.name} | {r.nodes} | {_ms(r.step)} | {_ms(r.step_estimate)} | "
             f"{_ratio(r.step, r.step_estimate)} | {_ms(r.step_profile)} | "
-            f"{_ratio(r.step, r.step_profile)} | {_ms(r.serial)} | {_ms(r.traced_span)} | "
+            f"{_ratio(r.step, r.step_profile)} | {_ms(r.durations)} | {_ms(r.traced_span)} | "
+            f"{_ms(r.step_min)} / {_ms(r.busy_min)} | {_ratio(r.step_min, r.busy_min)} | "
             f"{r.coverage:.2f} |"
         )
     out += [
         "",
         "**Step time of the planned graphs** (ms; predicted on the `cpu` preset's "
-        "estimates, as planned; slowdown: planned / original step time)",
+        "estimates, as planned; measured: median of untraced steps run in turn with the "
+        "original's, in one process; slowdown: planned / original step time)",
         "",
         "| workload | plan | predicted | predicted slowdown | measured | measured slowdown |",
         "|---|---|---|---|---|---|",
@@ -357,7 +868,7 @@ def tables(rows: list[Row], steps: int) -> str:
             out.append(
                 f"| {r.name} | {p.strategy} | {_ms(p.predicted_step)} | "
                 f"{p.predicted_step / p.predicted_original_step:.2f} | {_ms(p.measured_step)} | "
-                f"{p.measured_step / r.step:.2f} |"
+                f"{p.measured_step / p.measured_original_step:.2f} |"
             )
     return "\n".join(out)
 
@@ -380,6 +891,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--only", nargs="+", choices=sorted(WORKLOADS), help="these workloads")
     ap.add_argument("--steps", type=int, help="traced (and timed) steps per graph")
     ap.add_argument("--explain", action="store_true", help="explain the original peaks")
+    ap.add_argument("--no-plans", action="store_true", help="original graphs only")
     ap.add_argument("--no-docs", action="store_true", help="do not write docs/accuracy.md")
     args = ap.parse_args(argv)
     names = args.only or (QUICK if args.quick else tuple(WORKLOADS))
@@ -387,11 +899,18 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     for name in names:
         t0 = time.perf_counter()
-        rows.append(run_workload(WORKLOADS[name](), steps, args.explain))
+        rows.append(run_workload(WORKLOADS[name](), steps, args.explain, not args.no_plans))
         print(f"{name}: {time.perf_counter() - t0:.1f} s", file=sys.stderr, flush=True)
     text = tables(rows, steps)
+    explained = [r.explained for r in rows if r.explained is not None]
+    if explained:
+        text += "\n\n" + variants_table(explained)
+        text += "\n\n" + "\n\n".join(e.text for e in explained)
+        plans = [p.explained for r in rows for p in r.plans if p.explained]
+        if plans:
+            text += "\n\n" + "\n\n".join(plans)
     print(text)
-    if not args.no_docs:
+    if not (args.no_docs or args.quick or args.only):  # only a full run replaces the block
         write_docs(text)
     return 0
 

@@ -34,6 +34,7 @@ __all__ = [
     "LiveTensor",
     "Plan",
     "PlannedStep",
+    "Profile",
     "Result",
     "ShapeError",
     "Traced",
@@ -47,6 +48,7 @@ __all__ = [
     "measure",
     "parse_bytes",
     "plan",
+    "profile",
     "rewrite",
     "synthetic_graphdef",
     "trace",
@@ -70,6 +72,8 @@ _LAZY = {
     "compile_step": "runner",
     "verify": "verification",
     "measure": "measuring",
+    "profile": "profiling",
+    "Profile": "profiling",
 }
 
 

@@ -4,11 +4,19 @@
 (the same set-up as :func:`hybridplan.measuring.measure`: two logical CPU devices by
 default, the caller's weights untouched). Traced steps (``RunOptions(trace_level=
 FULL_TRACE)``) alternate with untimed warm-up and timed untraced steps; from the traced
-steps' ``step_stats.dev_stats[].node_stats`` every executed node gives one time,
-``op_end_rel_micros`` (from the moment the executor started the node, ``all_start_micros``,
-to the end of its kernel), which is mapped back to the GraphDef node of the same name and
-reduced to the median over the traced steps. ``Profile.times`` is what
-``hybridplan.plan(..., profile=...)`` takes: ``{GraphDef node index: seconds}``.
+steps' ``step_stats.dev_stats[].node_stats`` every executed node gives one interval,
+from the moment the executor started it (``all_start_micros``) to the end of its kernel
+(``+ op_end_rel_micros``), which is mapped back to the GraphDef node of the same name.
+
+**Concurrent nodes share the wall time.** TensorFlow's executor runs independent nodes at
+once (two inter-op threads here: e.g. the input and filter backprops of a convolution),
+each then taking longer, while the simulator adds op times up on one compute stream. So
+:attr:`Profile.times` charges each node its share of the step: an instant during which k
+nodes run counts 1/k for each. The times then add up to the time during which at least
+one node ran (on a 3D U-Net the plain durations add up to 1.4x that);
+:attr:`Profile.durations` keeps the plain durations. Both are medians over the traced
+steps. ``Profile.times`` is what ``hybridplan.plan(..., profile=...)`` takes:
+``{GraphDef node index: seconds}``.
 
 How executed nodes map back to GraphDef nodes:
 
@@ -37,11 +45,11 @@ How executed nodes map back to GraphDef nodes:
   nothing in the real step) and are listed in :attr:`Profile.removed`. Constant-folded
   nodes still run, as ``Const``, under their own name, and are timed.
 
-Caveats (see ``docs/accuracy.md``): times are whole microseconds (the trace's
-resolution: ops under 1 us read 0 or 1 us); the trace adds some overhead per op, so the
-serial sum of the times of a graph of many tiny ops exceeds its untraced step time; and
-TensorFlow's executor runs independent ops concurrently (inter-op thread pool), which a
-single compute stream, as the simulator models, does not.
+Caveats (see ``docs/accuracy.md``): the trace's resolution is a whole microsecond (ops
+under 1 us read 0 or 1 us); tracing adds some time per node, so on a graph of many tiny
+ops the times add up to more than an untraced step; and an untraced step also pays for
+what happens outside the nodes (``Session.run``, feeding, the executor's start and end),
+which no node time covers.
 
 Example::
 
@@ -93,15 +101,23 @@ class Profile:
     """Measured op times of one training step (see :func:`profile`).
 
     Attributes:
-        times: ``{GraphDef node index: seconds}``, the median over the traced steps, for
-            every node that ran (directly or inside a fused kernel), plus 0.0 for the
-            nodes Grappler removed. Pass it as ``hybridplan.plan(..., profile=times)``.
+        times: ``{GraphDef node index: seconds}``, the median over the traced steps of
+            each node's share of the wall time (an instant during which k nodes ran is
+            split equally among them), for every node that ran (directly or inside a
+            fused kernel), plus 0.0 for the nodes Grappler removed. Their sum is the time
+            during which at least one node ran, what a single compute stream (the
+            simulator) adds up. Pass it as ``hybridplan.plan(..., profile=times)``.
         step_time: median wall seconds of one untraced ``Session.run`` of the step.
         step_times: wall seconds of each untraced step.
+        busy_times: seconds during which at least one node ran, in each traced step
+            (the sum of every executed node's share, GraphDef or not).
         traced_spans: seconds from the first node start to the last node end of each
             traced step.
         coverage: fraction of the GraphDef's compute nodes (nodes with at least one data
             input) that were timed, directly or through a fused kernel.
+        durations: like :attr:`times`, but each node's own elapsed time, whether or not
+            other nodes ran meanwhile (larger than its share when the executor ran nodes
+            concurrently: with 2 inter-op threads, the two backprops of a convolution).
         measured: GraphDef indices of the nodes that ran under their own name.
         fused: ``{fused node index: absorbed node indices}`` for every fused kernel.
         kernels: ``{node index: executed op type}`` where it differs from the GraphDef
@@ -117,6 +133,8 @@ class Profile:
     step_times: list[float]
     traced_spans: list[float]
     coverage: float
+    busy_times: list[float] = field(default_factory=list)
+    durations: dict[int, float] = field(default_factory=dict)
     measured: frozenset[int] = frozenset()
     fused: dict[int, list[int]] = field(default_factory=dict)
     kernels: dict[int, str] = field(default_factory=dict)
@@ -218,25 +236,60 @@ class _Executed:
     inputs: list[str]
 
 
-def _parse_step(step_stats: Any) -> tuple[dict[str, _Executed], float]:
-    """Executed nodes of one step by name (times of repeated names add up) and its span."""
-    out: dict[str, _Executed] = {}
-    first, last = math.inf, -math.inf
+def _parse_step(step_stats: Any, share: bool = True) -> tuple[dict[str, _Executed], float]:
+    """Executed nodes of one step by name (times of repeated names add up) and its span.
+
+    A node's interval is ``[all_start_micros, all_start_micros + op_end_rel_micros)``. With
+    ``share``, each instant of the step is divided equally among the nodes running then,
+    so that concurrent nodes split the wall time instead of each counting all of it: the
+    times then add up to the time during which at least one node ran.
+    """
+    rows = []
     for dev in step_stats.dev_stats:
         for ns in dev.node_stats:
-            seconds = max(ns.op_end_rel_micros, 0) / 1e6
-            first = min(first, ns.all_start_micros)
-            last = max(last, ns.all_start_micros + max(ns.all_end_rel_micros, ns.op_end_rel_micros))
+            begin = ns.all_start_micros
+            end = begin + max(ns.op_end_rel_micros, 0)
             m = _LABEL.match(ns.timeline_label)
             op = m.group("op") if m else ""
             inputs = _split_inputs(m.group("inputs")) if m else []
-            prev = out.get(ns.node_name)
-            if prev is None:
-                out[ns.node_name] = _Executed(seconds, op, inputs)
-            else:
-                prev.seconds += seconds
-    span = (last - first) / 1e6 if out else 0.0
+            stop = begin + max(ns.all_end_rel_micros, ns.op_end_rel_micros)
+            rows.append((ns.node_name, begin, end, stop, op, inputs))
+    if not rows:
+        return {}, 0.0
+    spent = _shared([(b, e) for _, b, e, _, _, _ in rows]) if share else None
+    out: dict[str, _Executed] = {}
+    for k, (name, begin, end, _, op, inputs) in enumerate(rows):
+        seconds = (spent[k] if spent is not None else end - begin) / 1e6
+        prev = out.get(name)
+        if prev is None:
+            out[name] = _Executed(seconds, op, inputs)
+        else:
+            prev.seconds += seconds
+    span = (max(r[3] for r in rows) - min(r[1] for r in rows)) / 1e6
     return out, span
+
+
+def _shared(intervals: list[tuple[int, int]]) -> list[float]:
+    """For each ``[begin, end)``, the integral over it of 1 / (number of intervals open).
+
+    Sweep over the sorted endpoints keeping ``C(t) = integral of 1/k``; an interval's
+    share is ``C(end) - C(begin)``. O(n log n).
+    """
+    points = sorted({t for iv in intervals for t in iv})
+    delta: dict[int, int] = {}
+    for b, e in intervals:
+        if e > b:
+            delta[b] = delta.get(b, 0) + 1
+            delta[e] = delta.get(e, 0) - 1
+    acc: dict[int, float] = {}
+    c, open_, prev = 0.0, 0, None
+    for t in points:
+        if prev is not None and open_ > 0:
+            c += (t - prev) / open_
+        acc[t] = c
+        open_ += delta.get(t, 0)
+        prev = t
+    return [acc[e] - acc[b] if e > b else 0.0 for b, e in intervals]
 
 
 def _split_inputs(text: str) -> list[str]:
@@ -290,6 +343,12 @@ def _elements(shape: list[int]) -> int:
     return math.prod(shape) if shape else 1
 
 
+def _flag(node: Any, key: str) -> bool:
+    """A bool attribute, read without adding it (``node.attr[key]`` would insert it)."""
+    value = node.attr.get(key)
+    return bool(value.b) if value is not None else False
+
+
 def _flop_weight(node: Any, producer_shape: Any) -> float:
     """FLOPs of a node from shapes alone, to split a fused kernel's time."""
     op = node.op
@@ -301,7 +360,7 @@ def _flop_weight(node: Any, producer_shape: Any) -> float:
     if op in _CONTRACTIONS and data:
         a = producer_shape(data[0])
         if a and len(a) >= 2:
-            transposed = node.attr["transpose_a"].b or node.attr["adj_x"].b
+            transposed = _flag(node, "transpose_a") or _flag(node, "adj_x")
             return 2.0 * out * a[-2 if transposed else -1]
     if op in _CONVOLUTIONS and len(data) >= 2:
         f = producer_shape(data[1])
@@ -314,39 +373,59 @@ def _flop_weight(node: Any, producer_shape: Any) -> float:
 def _profile_from_stats(source: Any, stats: list[Any], wall: list[float]) -> Profile:
     nodes = list(source.node)
     index = {n.name: i for i, n in enumerate(nodes)}
-    steps = [_parse_step(s) for s in stats]
+    steps = [(_parse_step(s, share=True)[0], *_parse_step(s, share=False)) for s in stats]
 
-    # Median per GraphDef node over the steps; the last step's labels for fusion.
-    per_node: dict[int, list[float]] = {}
+    # Per GraphDef node and step: (wall share, duration); the last step's labels.
+    per_node: dict[int, list[tuple[float, float]]] = {}
     unmapped_lists: dict[str, list[float]] = {}
     label_of: dict[int, _Executed] = {}
-    for executed, _ in steps:
-        seen: dict[int, float] = {}
-        for name, e in executed.items():
+    for shared, raw, _ in steps:
+        seen: dict[int, tuple[float, float]] = {}
+        for name, e in shared.items():
             v = _map_name(name, index)
             if v is None:
                 unmapped_lists.setdefault(name, []).append(e.seconds)
                 continue
-            seen[v] = seen.get(v, 0.0) + e.seconds
+            a, b = seen.get(v, (0.0, 0.0))
+            seen[v] = (a + e.seconds, b + raw[name].seconds)
             if _strip_scope(name) == nodes[v].name:
                 label_of[v] = e
-        for v, s in seen.items():
-            per_node.setdefault(v, []).append(s)
-    ran = {v: statistics.median(ts) for v, ts in per_node.items()}
+        for v, ab in seen.items():
+            per_node.setdefault(v, []).append(ab)
+    ran = {v: statistics.median(a for a, _ in ts) for v, ts in per_node.items()}
+    ran_raw = {v: statistics.median(b for _, b in ts) for v, ts in per_node.items()}
     measured = frozenset(v for v in ran if v in label_of)
+    fused, kernels = _fusions(nodes, index, label_of, ran)
 
-    def producer(ref: str) -> int | None:
-        return index.get(ref.lstrip("^").split(":")[0])
+    compute = [i for i, n in enumerate(nodes) if any(not r.startswith("^") for r in n.input)]
+    timed = {*ran, *(u for group in fused.values() for u in group)}
+    removed = frozenset(i for i in compute if i not in timed)
+    times = _split_fused(nodes, index, ran, fused, removed)
+    durations = _split_fused(nodes, index, ran_raw, fused, removed)
+    return Profile(
+        times=times,
+        step_time=statistics.median(wall) if wall else float("nan"),
+        step_times=list(wall),
+        traced_spans=[span for _, _, span in steps],
+        busy_times=[math.fsum(e.seconds for e in shared.values()) for shared, _, _ in steps],
+        coverage=sum(1 for i in compute if i in timed) / len(compute) if compute else 0.0,
+        durations=durations,
+        measured=measured,
+        fused=fused,
+        kernels=kernels,
+        removed=removed,
+        unmapped={k: statistics.median(v) for k, v in sorted(unmapped_lists.items())},
+    )
 
-    def producer_shape(ref: str) -> list[int] | None:
-        p = producer(ref)
-        if p is None:
-            return None
-        k = int(ref.split(":")[1]) if ":" in ref else 0
-        shapes = _shapes(nodes[p])
-        return shapes[k] if k < len(shapes) else None
 
-    times = dict(ran)
+def _producer(index: dict[str, int], ref: str) -> int | None:
+    return index.get(ref.lstrip("^").split(":")[0])
+
+
+def _fusions(
+    nodes: list[Any], index: dict[str, int], label_of: dict[int, _Executed], ran: dict[int, float]
+) -> tuple[dict[int, list[int]], dict[int, str]]:
+    """Fused kernels and the GraphDef nodes each absorbed; executed op types that differ."""
     fused: dict[int, list[int]] = {}
     kernels: dict[int, str] = {}
     absorbed_by: dict[int, int] = {}
@@ -365,7 +444,7 @@ def _profile_from_stats(source: Any, stats: list[Any], wall: list[float]) -> Pro
             for ref in nodes[u].input:
                 if ref.startswith("^"):
                     continue
-                p = producer(ref)
+                p = _producer(index, ref)
                 if p is None or p in stop or p in ran or p in absorbed_by or p == v:
                     continue
                 if not any(not i.startswith("^") for i in nodes[p].input):
@@ -373,31 +452,36 @@ def _profile_from_stats(source: Any, stats: list[Any], wall: list[float]) -> Pro
                 absorbed_by[p] = v
                 group.append(p)
                 stack.append(p)
-        if not group:
-            continue
-        members = [v, *sorted(group)]
+        if group:
+            fused[v] = sorted(group)
+    return fused, kernels
+
+
+def _split_fused(
+    nodes: list[Any],
+    index: dict[str, int],
+    ran: dict[int, float],
+    fused: dict[int, list[int]],
+    removed: frozenset[int],
+) -> dict[int, float]:
+    """Node times: a fused kernel's time split over its chain by FLOPs; removed nodes 0."""
+
+    def producer_shape(ref: str) -> list[int] | None:
+        p = _producer(index, ref)
+        if p is None:
+            return None
+        k = int(ref.split(":")[1]) if ":" in ref else 0
+        shapes = _shapes(nodes[p])
+        return shapes[k] if k < len(shapes) else None
+
+    times = dict(ran)
+    for v, group in fused.items():
+        members = [v, *group]
         weights = [_flop_weight(nodes[u], producer_shape) for u in members]
         total = math.fsum(weights)
         share = [w / total for w in weights] if total > 0 else [1.0] + [0.0] * len(group)
-        whole = ran[v]
         for u, f in zip(members, share, strict=True):
-            times[u] = whole * f
-        fused[v] = members[1:]
-
-    compute = [i for i, n in enumerate(nodes) if any(not r.startswith("^") for r in n.input)]
-    removed = frozenset(i for i in compute if i not in times)
-    timed = sum(1 for i in compute if i in times)
+            times[u] = ran[v] * f
     for i in removed:
         times[i] = 0.0
-    return Profile(
-        times=times,
-        step_time=statistics.median(wall) if wall else float("nan"),
-        step_times=list(wall),
-        traced_spans=[span for _, span in steps],
-        coverage=timed / len(compute) if compute else 0.0,
-        measured=measured,
-        fused=fused,
-        kernels=kernels,
-        removed=removed,
-        unmapped={k: statistics.median(v) for k, v in sorted(unmapped_lists.items())},
-    )
+    return times

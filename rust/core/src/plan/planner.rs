@@ -253,7 +253,7 @@ impl<'a> Planner<'a> {
         consider(self.fit(true, true, "hybrid"));
         consider(self.fit(false, true, "recompute"));
         consider(self.swap().and_then(|p| self.paper(p)));
-        if self.opts.tflms.is_none() {
+        if self.opts.tflms.is_none() && self.ctx.g.num_nodes() <= self.opts.grid_max_nodes {
             consider(self.tflms_tuned().and_then(|p| self.paper(p)));
         }
         best.map(|mut p| {
@@ -274,12 +274,8 @@ impl<'a> Planner<'a> {
                 let grid = if self.ctx.g.num_nodes() <= self.opts.grid_max_nodes {
                     self.tflms_grid()
                 } else {
-                    vec![TflmsParams {
-                        threshold: 0,
-                        ahead: 1,
-                        groupby: 1,
-                        min_bytes: self.opts.min_bytes,
-                    }]
+                    let n = self.ctx.s.order.len() as u32;
+                    vec![TflmsParams { threshold: n / 64, ahead: 8, groupby: 8, min_bytes: self.opts.min_bytes }]
                 };
                 let mut best: Option<Planned> = None;
                 for p in grid {
@@ -406,9 +402,9 @@ impl<'a> Planner<'a> {
         for group in order.chunks(chunk) {
             let mut trial = cur.plan.clone();
             let (mut f, mut p) = (freed.clone(), pinned.clone());
+            let mut swapped: FxHashSet<u32> = trial.swaps.iter().map(|s| owner(s.tensor)).collect();
             for &r in group {
                 let rec = &self.recs[r];
-                let swapped: FxHashSet<u32> = trial.swaps.iter().map(|s| owner(s.tensor)).collect();
                 let usable = rec
                     .inputs
                     .iter()
@@ -421,7 +417,10 @@ impl<'a> Planner<'a> {
                     continue;
                 }
                 let saved: FxHashSet<u32> = rec.saved.iter().map(|&(t, _)| t).collect();
-                trial.swaps.retain(|s| !saved.contains(&owner(s.tensor)));
+                if rec.saved.iter().any(|(t, _)| swapped.contains(t)) {
+                    trial.swaps.retain(|s| !saved.contains(&owner(s.tensor)));
+                    swapped.retain(|t| !saved.contains(t));
+                }
                 trial.recomputes.push(self.recompute_of(rec));
                 f.extend(saved);
                 p.extend(rec.inputs.iter().map(|&x| owner(x)));

@@ -1,0 +1,210 @@
+"""hybridplan.profiling.profile: measured op times from FULL_TRACE step stats.
+
+The claims under test: a real step of a small CNN gives a time to most of its compute
+nodes, keyed by GraphDef node index, finite and non-negative; fused kernels are charged
+to every node they absorbed; the profile changes the simulator's step time and brings it
+within a loose factor of the measured one; and the attribution rules (import scope,
+Grappler's derived nodes, fusion split, removed nodes, median over steps) hold on
+hand-made step stats.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import tensorflow as tf
+from tensorflow.core.framework import step_stats_pb2
+
+import hybridplan
+from hybridplan.errors import InvalidArgumentError
+from hybridplan.models import small_cnn
+from hybridplan.profiling import Profile, _map_name, _profile_from_stats, _shared, profile
+
+STEPS = 3
+
+
+@pytest.fixture(scope="module")
+def cnn():
+    w = small_cnn(size=32, batch=4)
+    traced = w.trace()
+    return w, traced, profile(traced, w.batch, steps=STEPS)
+
+
+def test_profile_times_most_compute_nodes(cnn):
+    _, traced, prof = cnn
+    assert isinstance(prof, Profile)
+    n = traced.num_nodes
+    assert prof.coverage > 0.5
+    assert prof.times and all(isinstance(k, int) and 0 <= k < n for k in prof.times)
+    assert all(math.isfinite(t) and t >= 0 for t in prof.times.values())
+    assert prof.step_time > 0 and len(prof.step_times) == STEPS
+    assert len(prof.traced_spans) == STEPS and prof.traced_span > 0
+    assert len(prof.busy_times) == STEPS
+    assert all(0 < b <= s * 1.001 for b, s in zip(prof.busy_times, prof.traced_spans, strict=True))
+    assert prof.serial_time == pytest.approx(sum(prof.times.values()))
+    # Removed nodes cost 0; measured and fused nodes are among the timed ones.
+    assert all(prof.times[i] == 0.0 for i in prof.removed)
+    assert set(prof.measured) <= set(prof.times)
+    nodes = traced.graph_def.node
+    convs = [i for i, node in enumerate(nodes) if node.op == "Conv2D"]
+    assert convs and all(prof.times[i] > 0 for i in convs)
+
+
+def test_fused_kernels_are_charged_to_the_nodes_they_absorbed(cnn):
+    _, traced, prof = cnn
+    nodes = traced.graph_def.node
+    # The Dense layer's MatMul runs inside one fused kernel named after its BiasAdd.
+    forward_matmul = [
+        i
+        for i, node in enumerate(nodes)
+        if node.op == "MatMul" and not node.name.startswith("gradient_tape/")
+    ]
+    assert forward_matmul
+    for i in forward_matmul:
+        assert i in prof.times and prof.times[i] > 0
+    for fused, absorbed in prof.fused.items():
+        assert fused in prof.kernels and absorbed
+        assert all(a in prof.times and a not in prof.removed for a in absorbed)
+
+
+def test_profile_changes_the_predicted_step_time(cnn):
+    _, traced, prof = cnn
+    peak = hybridplan.analyze(traced).peak_bytes
+    estimated = hybridplan.plan(traced, peak, device="cpu")
+    profiled = hybridplan.plan(traced, peak, device="cpu", profile=prof.times)
+    t_est = estimated.report["original"]["step_time_s"]
+    t_prof = profiled.report["original"]["step_time_s"]
+    assert t_est != t_prof
+    # The simulator's serial stream with measured op times is the sum of the times.
+    assert t_prof == pytest.approx(prof.serial_time, rel=1e-6)
+    # Loose: a shared, noisy machine and a serial model of a concurrent executor.
+    assert prof.step_time / 3 < t_prof < 3 * prof.step_time
+    print(
+        f"\nsmall_cnn: measured {prof.step_time * 1e3:.2f} ms, predicted with profile "
+        f"{t_prof * 1e3:.2f} ms, from estimates {t_est * 1e3:.2f} ms, "
+        f"coverage {prof.coverage:.2f}"
+    )
+
+
+def test_profile_leaves_the_variables_and_the_graph_alone(cnn):
+    w, traced, _ = cnn
+    before = [v.numpy() for v in traced.variables]
+    graph = traced.graph_def.SerializeToString(deterministic=True)
+    profile(traced, [w.batch(7)], steps=1, warmup=0)
+    assert all(np.array_equal(v.numpy(), b) for v, b in zip(traced.variables, before, strict=True))
+    assert traced.graph_def.SerializeToString(deterministic=True) == graph
+    # Reading attributes must not add them (``attr[key]`` on a proto map inserts the key).
+    assert not any("adj_x" in n.attr for n in traced.graph_def.node if n.op == "MatMul")
+
+
+def test_bad_arguments(cnn):
+    w, traced, _ = cnn
+    with pytest.raises(InvalidArgumentError, match="steps"):
+        profile(traced, w.batch, steps=0)
+    with pytest.raises(InvalidArgumentError, match="warmup"):
+        profile(traced, w.batch, warmup=-1)
+    with pytest.raises(InvalidArgumentError, match="no batches"):
+        profile(traced, [], steps=1)
+
+
+# --------------------------------------------------------------------------- attribution
+
+
+def _graph() -> tf.compat.v1.GraphDef:
+    """x[4,8] -> MatMul(w[8,16]) -> BiasAdd(b) -> Relu -> Identity -> Neg; a ShapeN."""
+    gd = tf.compat.v1.GraphDef()
+
+    def add(name, op, inputs=(), shape=(4, 16)):
+        node = gd.node.add(name=name, op=op)
+        node.input.extend(inputs)
+        s = node.attr["_output_shapes"].list.shape.add()
+        for d in shape:
+            s.dim.add(size=d)
+        return node
+
+    add("x", "Placeholder", shape=(4, 8))
+    add("w", "Const", shape=(8, 16))
+    add("b", "Const", shape=(16,))
+    add("mm", "MatMul", ["x", "w"])
+    add("ba", "BiasAdd", ["mm", "b"])
+    add("r", "Relu", ["ba"])
+    add("id", "Identity", ["r"])
+    add("out", "Neg", ["id"])
+    add("sh", "ShapeN", ["x", "^out"], shape=(2,))
+    return gd
+
+
+def _stats(out_us: int, fused_us: int = 100) -> step_stats_pb2.StepStats:
+    stats = step_stats_pb2.StepStats()
+    dev = stats.dev_stats.add(device="/job:localhost/replica:0/task:0/device:CPU:0")
+
+    def node(name, label, start, us):
+        ns = dev.node_stats.add(node_name=name, timeline_label=label)
+        ns.all_start_micros = start
+        ns.op_start_rel_micros = 0
+        ns.op_end_rel_micros = us
+        ns.all_end_rel_micros = us + 1
+
+    node("_SOURCE", "_SOURCE = NoOp()", 1000, 0)
+    node("step/x", "step/x = Placeholder()", 1001, 1)
+    node("step/r", "step/r = _MklNativeFusedMatMul(step/x, step/w, step/b)", 1010, fused_us)
+    node("step/out", "step/out = Neg(step/r)", 1200, out_us)
+    node("ConstantFolding/step/sh-matshapes-0", "ConstantFolding/step/sh-matshapes-0 = Const()",
+         1300, 2)  # fmt: skip
+    return stats
+
+
+def test_attribution_rules_on_hand_made_stats():
+    gd = _graph()
+    idx = {n.name: i for i, n in enumerate(gd.node)}
+    prof = _profile_from_stats(gd, [_stats(10), _stats(30), _stats(20)], [0.001, 0.003, 0.002])
+    # Median over steps, seconds.
+    assert prof.times[idx["out"]] == pytest.approx(20e-6)
+    assert prof.step_time == pytest.approx(0.002)
+    # The fused kernel (named after the Relu) absorbed MatMul and BiasAdd: its 100 us are
+    # split by FLOPs (MatMul 2*64*8, BiasAdd 64, Relu 64), the sum is kept.
+    fused = prof.fused[idx["r"]]
+    assert sorted(fused) == sorted([idx["mm"], idx["ba"]])
+    assert prof.kernels[idx["r"]] == "_MklNativeFusedMatMul"
+    total = 1024 + 64 + 64
+    assert prof.times[idx["mm"]] == pytest.approx(100e-6 * 1024 / total)
+    assert prof.times[idx["ba"]] == pytest.approx(100e-6 * 64 / total)
+    assert prof.times[idx["r"]] == pytest.approx(100e-6 * 64 / total)
+    # The Identity did not run: removed, 0 s. Grappler's derived Const charged to ShapeN.
+    assert idx["id"] in prof.removed and prof.times[idx["id"]] == 0.0
+    assert prof.times[idx["sh"]] == pytest.approx(2e-6)
+    # Compute nodes: mm, ba, r, id, out, sh; all but the Identity timed.
+    assert prof.coverage == pytest.approx(5 / 6)
+    assert set(prof.unmapped) == {"_SOURCE"}
+    assert prof.measured == {idx["x"], idx["r"], idx["out"]}
+
+
+def test_executed_names_map_back_to_graphdef_nodes():
+    index = {"a/b": 0, "a/b/c": 1, "g/ShapeN": 2, "g/Exp": 3}
+    assert _map_name("step/a/b", index) == 0
+    assert _map_name("step/a/b/c", index) == 1
+    assert _map_name("ConstantFolding/step/g/ShapeN-matshapes-1", index) == 2
+    assert _map_name("step/g/Exp/unary_ops_composition", index) == 3
+    assert _map_name("_SOURCE", index) is None
+    assert _map_name("capture/3", index) is None
+
+
+def test_concurrent_nodes_share_the_wall_time():
+    assert _shared([(0, 100), (50, 150), (200, 200)]) == [75.0, 75.0, 0.0]
+    gd = tf.compat.v1.GraphDef()
+    for name, inputs in (("x", []), ("a", ["x"]), ("b", ["x"])):
+        gd.node.add(name=name, op="Neg" if inputs else "Placeholder").input.extend(inputs)
+    stats = step_stats_pb2.StepStats()
+    dev = stats.dev_stats.add(device="/job:localhost/replica:0/task:0/device:CPU:0")
+    for name, start in (("step/a", 0), ("step/b", 50)):
+        ns = dev.node_stats.add(node_name=name, timeline_label=f"{name} = Neg(step/x)")
+        ns.all_start_micros, ns.op_end_rel_micros, ns.all_end_rel_micros = start, 100, 101
+    prof = _profile_from_stats(gd, [stats], [0.0002])
+    # 50 us alone, 50 us together (half each): 75 us each; 150 us busy in all.
+    assert prof.times == {1: pytest.approx(75e-6), 2: pytest.approx(75e-6)}
+    assert prof.durations == {1: pytest.approx(100e-6), 2: pytest.approx(100e-6)}
+    assert prof.serial_time == pytest.approx(150e-6)
+    assert prof.traced_span == pytest.approx(151e-6)
+    assert prof.busy_times == [pytest.approx(150e-6)]
