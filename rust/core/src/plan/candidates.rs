@@ -13,11 +13,14 @@
 //! that runs late, whose outputs the optimizer reads) follow the swapped-in
 //! copy through the alias op, which is a late reader itself. A U-Net skip connection, read by the encoder and
 //! again by the decoder's concat, is a candidate inside the forward pass.
+//! Outputs of sources (fed inputs, constants) are never candidates: the feed
+//! or the constant holds its buffer for the whole step, so a copy frees
+//! nothing (measured: see docs/accuracy.md).
 //!
 //! # Complexity
 //! O(T + E log E): each tensor's readers are sorted once.
 
-use crate::graph::Graph;
+use crate::graph::{Graph, NodeFlags};
 use crate::liveness::Liveness;
 use crate::schedule::Schedule;
 
@@ -57,8 +60,11 @@ pub fn swap_candidates(
     let mut out = Vec::new();
     for t in 0..g.num_tensors() as u32 {
         let tt = &g.tensors[t as usize];
-        if l.owner[t as usize] != t || tt.bytes < min_bytes.max(1) {
-            continue;
+        if l.owner[t as usize] != t
+            || tt.bytes < min_bytes.max(1)
+            || g.nodes[tt.node as usize].flags.has(NodeFlags::SOURCE)
+        {
+            continue; // a fed input or constant: its feed holds the buffer anyway
         }
         if let Some(c) = split_at_gap(
             t,

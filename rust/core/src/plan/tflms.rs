@@ -18,7 +18,7 @@
 
 use super::trigger::safe_trigger;
 use super::{Plan, Swap, SwapIn};
-use crate::graph::{Graph, Phase};
+use crate::graph::{Graph, NodeFlags, Phase};
 use crate::liveness::Liveness;
 use crate::schedule::Schedule;
 
@@ -42,6 +42,7 @@ pub fn tflms_plan(g: &Graph, s: &Schedule, l: &Liveness, p: &TflmsParams) -> Pla
         if l.owner[t as usize] != t
             || tt.bytes < p.min_bytes.max(1)
             || g.phase[tt.node as usize] != Phase::Forward
+            || g.nodes[tt.node as usize].flags.has(NodeFlags::SOURCE)
         {
             continue;
         }

@@ -7,7 +7,11 @@
 //! `Conv2D` with the `BiasAdd` reading it), the fused op both precedes and
 //! follows the copy: a cycle, and the step cannot run. So a trigger must not
 //! share a data input with a consumer and no consumer may read its outputs.
-//! Starting from the ideal position, walk to earlier ops until one qualifies.
+//! A source (a constant, a placeholder) never triggers: it has no inputs,
+//! so TensorFlow runs it at the start of the step whatever its position in
+//! our schedule, and the copy would start at once (measured: see
+//! docs/accuracy.md). Starting from the ideal position, walk to earlier ops
+//! until one qualifies.
 //!
 //! # Complexity
 //! O(W * (d + k)) for a walk of at most `MAX_WALK` ops of in-degree `d`
@@ -15,7 +19,7 @@
 
 use rustc_hash::FxHashSet;
 
-use crate::graph::Graph;
+use crate::graph::{Graph, NodeFlags};
 use crate::schedule::Schedule;
 
 /// Most positions walked back from the ideal trigger.
@@ -44,7 +48,8 @@ pub fn safe_trigger(
         let feeds = g
             .outputs(t)
             .any(|o| g.consumers(o).iter().any(|c| readers.contains(c)));
-        if !shares && !feeds && !readers.contains(&t) {
+        let source = g.nodes[t as usize].flags.has(NodeFlags::SOURCE);
+        if !shares && !feeds && !source && !readers.contains(&t) {
             return Some(q);
         }
         if q == 0 || q <= stop {
