@@ -167,3 +167,30 @@ def test_bad_arguments():
         hybridplan.analyze("/nonexistent/graph.pb")
     with pytest.raises(hybridplan.InvalidArgumentError, match="loss"):
         hybridplan.analyze(chain(2), loss="nope:0")
+
+
+def test_analyze_a_traced_keras_cnn_step():
+    from hybridplan import models
+
+    traced = models.small_cnn(size=32, batch=4).trace()
+    a = hybridplan.analyze(traced)
+    assert a.loss == traced.loss_source
+    assert a.phases["forward"] > 10 and a.phases["backward"] > 10 and a.phases["update"] > 10
+    weights = sum(int(np.prod(v.shape)) * v.dtype.size for v in traced.variables)
+    assert a.persistent_bytes >= weights * 0.9
+    # The peak holds at least the largest activation: a 32x32x8 float map per image.
+    assert a.activation_peak_bytes >= 4 * 32 * 32 * 8 * 4
+
+
+@pytest.mark.slow
+def test_analyze_resnet50_at_224():
+    from hybridplan import models
+
+    traced = models.resnet50(size=224, batch=2).trace()
+    a = hybridplan.analyze(traced)
+    assert a.num_nodes == len(traced.graph_def.node) > 8000
+    assert a.phases["backward"] > 2000
+    # 25.6 M parameters + 25.6 M momentum slots, float32.
+    assert 190e6 < a.persistent_bytes < 230e6
+    top = a.live_at_peak(5)
+    assert len(top) == 5 and top[0].bytes >= top[-1].bytes > 0
