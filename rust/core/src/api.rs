@@ -159,16 +159,18 @@ pub fn plan_analysis(
     };
     let planner = Planner::new(&ctx, opts, &judge);
     let planned: Planned = planner.run().map_err(|e| match e {
-        PlanError::Budget { budget, best_peak, strategy } if budget < a.graph.persistent_bytes => {
-            PlanError::Budget {
-                budget,
-                best_peak,
-                strategy: format!(
-                    "{strategy}; the variables and optimizer slots alone take {} bytes",
-                    a.graph.persistent_bytes
-                ),
-            }
-        }
+        PlanError::Budget {
+            budget,
+            best_peak,
+            strategy,
+        } if budget < a.graph.persistent_bytes => PlanError::Budget {
+            budget,
+            best_peak,
+            strategy: format!(
+                "{strategy}; the variables and optimizer slots alone take {} bytes",
+                a.graph.persistent_bytes
+            ),
+        },
         e => e,
     })?;
     let original = simulate(&a.graph, &a.schedule, &times, dev, &Plan::default())?;

@@ -32,10 +32,24 @@ impl Rng {
 fn corpus() -> Vec<Vec<u8>> {
     let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/corpus");
     let mut out = vec![FIXTURE.to_vec()];
-    for (k, kind) in [SynthKind::Residual, SynthKind::Transformer, SynthKind::Mixed].into_iter().enumerate() {
+    for (k, kind) in [
+        SynthKind::Residual,
+        SynthKind::Transformer,
+        SynthKind::Mixed,
+    ]
+    .into_iter()
+    .enumerate()
+    {
         let path = dir.join(format!("synth_{k}.pb"));
         if !path.exists() {
-            let spec = SynthSpec { kind, blocks: 1, batch: 2, size: 4, channels: 8, ..SynthSpec::default() };
+            let spec = SynthSpec {
+                kind,
+                blocks: 1,
+                batch: 2,
+                size: 4,
+                channels: 8,
+                ..SynthSpec::default()
+            };
             let _ = std::fs::write(&path, graphdef(&spec));
         }
         if let Ok(b) = std::fs::read(&path) {
@@ -94,7 +108,9 @@ fn run(execs: u64) -> (u64, u64, u64) {
     for i in 0..execs {
         let pick = rng.below(seeds.len());
         let input = mutate(&mut rng, &seeds[pick]);
-        let Ok(a) = analyze(&input, &BuildOptions::default()) else { continue };
+        let Ok(a) = analyze(&input, &BuildOptions::default()) else {
+            continue;
+        };
         accepted += 1;
         if i % 16 != 0 {
             continue;
@@ -102,10 +118,18 @@ fn run(execs: u64) -> (u64, u64, u64) {
         let peak = a.liveness.peak_bytes;
         let budget = (peak as f64 * (0.2 + 0.8 * (rng.below(1000) as f64 / 1000.0))) as u64;
         let strategy = [Strategy::Swap, Strategy::Recompute, Strategy::Hybrid][rng.below(3)];
-        let opts = PlanOptions { strategy, budget: budget.max(1), min_bytes: 1, ..PlanOptions::default() };
+        let opts = PlanOptions {
+            strategy,
+            budget: budget.max(1),
+            min_bytes: 1,
+            ..PlanOptions::default()
+        };
         match plan_analysis(&a, &dev, &opts, &[]) {
             Ok(o) => {
-                assert!(o.planned.peak_bytes <= budget.max(1), "a returned plan exceeds its budget");
+                assert!(
+                    o.planned.peak_bytes <= budget.max(1),
+                    "a returned plan exceeds its budget"
+                );
                 planned += 1;
             }
             Err(PlanError::Budget { best_peak, .. }) => assert!(best_peak > budget.max(1)),
@@ -119,7 +143,10 @@ fn run(execs: u64) -> (u64, u64, u64) {
 fn twenty_thousand_mutations_never_panic() {
     let (n, accepted, _) = run(20_000);
     assert_eq!(n, 20_000);
-    assert!(accepted > 100, "the mutator should keep some inputs valid ({accepted})");
+    assert!(
+        accepted > 100,
+        "the mutator should keep some inputs valid ({accepted})"
+    );
 }
 
 #[test]
@@ -127,5 +154,8 @@ fn twenty_thousand_mutations_never_panic() {
 fn a_million_mutations_never_panic() {
     let t = std::time::Instant::now();
     let (n, accepted, planned) = run(1_000_000);
-    println!("fuzz: {n} executions, {accepted} accepted, {planned} planned, in {:?}", t.elapsed());
+    println!(
+        "fuzz: {n} executions, {accepted} accepted, {planned} planned, in {:?}",
+        t.elapsed()
+    );
 }
