@@ -1,15 +1,23 @@
 //! Building the [`Graph`] from decoded `NodeDef`s or from flat node specs.
 //!
+//! Two routes give the same graph: the reference route ([`specs_from_raw`]
+//! of [`crate::graphdef::decode`]'s records, then [`build`], also the entry
+//! of flat specs) and the direct route from bytes that
+//! [`graph_from_bytes`] takes (crate-private module `direct`), which shares
+//! `tensor_size` and the steps after the edges (consumers, flags and
+//! aliases, phases, persistent bytes) with [`build`], and defers to the
+//! reference route on any error.
+//!
 //! # Complexity
 //! O(N + E + D) time and memory for N nodes, E edges and D shape dimensions;
 //! one hash map of node names (FxHash, never iterated, so the result does not
-//! depend on hash order).
+//! depend on hash order); the names of the graph share one buffer.
 
 use rustc_hash::FxHashMap;
 
 use crate::dtype::DType;
 use crate::error::{PlanError, Result};
-use crate::graph::{Graph, Node, NodeFlags, Tensor, NONE};
+use crate::graph::{Graph, Name, Node, NodeFlags, Tensor, NONE};
 use crate::graphdef::{Attr, RawGraph, RawNode, Shape};
 use crate::opkind;
 
@@ -161,7 +169,7 @@ fn max_referenced_outputs(raw: &RawGraph<'_>, index: &FxHashMap<&str, usize>) ->
 /// Output indices at or above this are rejected as malformed (no TensorFlow
 /// op has that many outputs; the bound keeps untrusted input from asking for
 /// billions of tensors).
-const MAX_OUTPUTS: u32 = 1 << 16;
+pub(crate) const MAX_OUTPUTS: u32 = 1 << 16;
 
 fn fallback_shapes(n: &RawNode<'_>, referenced: u32) -> Vec<Shape> {
     let one = match (n.attr("shape"), n.attr("value")) {
@@ -251,14 +259,32 @@ pub fn build(specs: &[NodeSpec<'_>], opts: &BuildOptions) -> Result<Graph> {
     let index = name_index(specs)?;
     add_nodes_and_tensors(&mut g, specs)?;
     add_edges(&mut g, specs, &index)?;
-    add_consumers(&mut g);
-    set_flags_and_aliases(&mut g);
-    crate::phase::classify(&mut g, opts.loss.as_deref(), &index)?;
+    finish(&mut g, opts, |_, name| index.get(name).copied())?;
+    Ok(g)
+}
+
+/// The steps both routes share once nodes, tensors and edges are in place:
+/// consumers, flags and aliases, phases and the loss, persistent bytes.
+/// `lookup(g, name)` gives the id of the node named `name`.
+///
+/// # Errors
+/// Those of [`crate::phase::classify`].
+///
+/// # Complexity
+/// O(N + E), plus loss inference (see [`crate::phase`]).
+pub(crate) fn finish(
+    g: &mut Graph,
+    opts: &BuildOptions,
+    lookup: impl Fn(&Graph, &str) -> Option<u32>,
+) -> Result<()> {
+    add_consumers(g);
+    set_flags_and_aliases(g);
+    crate::phase::classify(g, opts.loss.as_deref(), lookup)?;
     g.persistent_bytes = match opts.persistent_bytes {
         Some(b) => b,
-        None => persistent_bytes(&g),
+        None => persistent_bytes(g),
     };
-    Ok(g)
+    Ok(())
 }
 
 fn name_index<'a>(specs: &[NodeSpec<'a>]) -> Result<FxHashMap<&'a str, u32>> {
@@ -297,6 +323,15 @@ fn add_nodes_and_tensors(g: &mut Graph, specs: &[NodeSpec<'_>]) -> Result<()> {
     g.nodes.reserve(specs.len());
     g.out_off.reserve(specs.len() + 1);
     g.out_off.push(0);
+    let mut buf = String::with_capacity(specs.iter().map(|s| s.name.len()).sum());
+    let ends: Vec<usize> = specs
+        .iter()
+        .map(|s| {
+            buf.push_str(s.name);
+            buf.len()
+        })
+        .collect();
+    let mut names = Name::split(std::sync::Arc::new(buf), ends);
     for (i, s) in specs.iter().enumerate() {
         let op = intern(&mut g.ops, &mut op_map, s.op);
         let device = intern(&mut g.devices, &mut dev_map, s.device);
@@ -308,7 +343,7 @@ fn add_nodes_and_tensors(g: &mut Graph, specs: &[NodeSpec<'_>]) -> Result<()> {
             flags |= NodeFlags::SOURCE;
         }
         g.nodes.push(Node {
-            name: s.name.into(),
+            name: names.next().unwrap_or_else(|| Name::new(s.name)),
             op,
             device,
             flags: NodeFlags(flags),
@@ -332,19 +367,53 @@ fn make_tensor(
     index: u32,
     o: &OutSpec,
 ) -> Result<Tensor> {
-    let tname = || format!("{}:{}", s.name, index);
-    let dtype = match o.dtype {
+    let shape_off = g.dims.len() as u32;
+    let (dtype, rank, value_bytes) =
+        tensor_size(s.name, s.op, index, o.dtype, o.shape.0.as_deref())?;
+    if let Some(d) = &o.shape.0 {
+        g.dims.extend_from_slice(d);
+    }
+    Ok(Tensor {
+        node,
+        index,
+        dtype,
+        bytes: value_bytes,
+        value_bytes,
+        alias_of: NONE,
+        shape_off,
+        rank,
+    })
+}
+
+/// The dtype, rank and bytes of output `index` of node `name` (op `op`),
+/// from its dtype (`None`: unknown) and dimensions (`None`: unknown rank,
+/// allowed for handles only, then of rank 0).
+///
+/// # Errors
+/// [`PlanError::InvalidGraph`] for no dtype, a rank above 255, a negative
+/// dimension or a size past 2^64 bytes; [`PlanError::UnknownShape`] for an
+/// unknown rank or dimension of a tensor that is not a handle.
+///
+/// # Complexity
+/// O(rank).
+pub(crate) fn tensor_size(
+    name: &str,
+    op: &str,
+    index: u32,
+    dtype: Option<DType>,
+    dims: Option<&[i64]>,
+) -> Result<(DType, u8, u64)> {
+    let tname = || format!("{name}:{index}");
+    let dtype = match dtype {
         Some(d) => d,
         None => {
             return Err(PlanError::InvalidGraph(format!(
-                "the dtype of tensor '{}' cannot be told from op {}'s attributes or inputs",
+                "the dtype of tensor '{}' cannot be told from op {op}'s attributes or inputs",
                 tname(),
-                s.op
             )))
         }
     };
-    let shape_off = g.dims.len() as u32;
-    let dims: &[i64] = match &o.shape.0 {
+    let dims: &[i64] = match dims {
         Some(d) => d,
         None if dtype.is_handle() => &[],
         None => {
@@ -390,17 +459,7 @@ fn make_tensor(
     let value_bytes = elements
         .checked_mul(dtype.size())
         .ok_or_else(|| overflow(&tname()))?;
-    g.dims.extend_from_slice(dims);
-    Ok(Tensor {
-        node,
-        index,
-        dtype,
-        bytes: value_bytes,
-        value_bytes,
-        alias_of: NONE,
-        shape_off,
-        rank: dims.len() as u8,
-    })
+    Ok((dtype, dims.len() as u8, value_bytes))
 }
 
 fn overflow(t: &str) -> PlanError {
@@ -446,48 +505,57 @@ fn lookup(index: &FxHashMap<&str, u32>, name: &str, user: &str) -> Result<u32> {
     })
 }
 
-/// Consumers of every tensor and control consumers of every node, by counting sort.
+/// Consumers of every tensor and control consumers of every node, by
+/// counting sort: counts, running sums (the end of each run), then a fill
+/// from the back that leaves every run's start in its offset. O(N + T + E).
 fn add_consumers(g: &mut Graph) {
-    let nt = g.tensors.len();
-    let mut count = vec![0u32; nt + 1];
-    for &t in &g.in_tensor {
-        count[t as usize + 1] += 1;
+    let (off, node, slot) = invert(g.tensors.len(), &g.in_off, &g.in_tensor, true);
+    g.cons_off = off;
+    g.cons_node = node;
+    g.cons_slot = slot;
+    let (off, node, _) = invert(g.nodes.len(), &g.ctl_off, &g.ctl_src, false);
+    g.ctl_dst_off = off;
+    g.ctl_dst = node;
+}
+
+/// Inverts the CSR lists `targets[offsets[n]..offsets[n + 1]]` of every
+/// node n over `len` targets: for every target, the nodes that list it (in
+/// node order, then slot order) and, if `slots`, the slot of each.
+fn invert(
+    len: usize,
+    offsets: &[u32],
+    targets: &[u32],
+    slots: bool,
+) -> (Vec<u32>, Vec<u32>, Vec<u32>) {
+    let mut off = vec![0u32; len + 1];
+    for &t in targets {
+        off[t as usize] += 1;
     }
-    for i in 0..nt {
-        count[i + 1] += count[i];
+    let mut sum = 0;
+    for o in &mut off[..len] {
+        sum += *o;
+        *o = sum;
     }
-    let mut fill = count.clone();
-    g.cons_node = vec![0; g.in_tensor.len()];
-    g.cons_slot = vec![0; g.in_tensor.len()];
-    for n in 0..g.nodes.len() {
-        let (lo, hi) = (g.in_off[n] as usize, g.in_off[n + 1] as usize);
-        for k in lo..hi {
-            let t = g.in_tensor[k] as usize;
-            let at = fill[t] as usize;
-            g.cons_node[at] = n as u32;
-            g.cons_slot[at] = (k - lo) as u32;
-            fill[t] += 1;
+    off[len] = sum;
+    let mut node = vec![0u32; targets.len()];
+    let mut slot = if slots {
+        vec![0u32; targets.len()]
+    } else {
+        Vec::new()
+    };
+    for n in (0..offsets.len().saturating_sub(1)).rev() {
+        let (lo, hi) = (offsets[n] as usize, offsets[n + 1] as usize);
+        for k in (lo..hi).rev() {
+            let t = targets[k] as usize;
+            off[t] -= 1;
+            let at = off[t] as usize;
+            node[at] = n as u32;
+            if slots {
+                slot[at] = (k - lo) as u32;
+            }
         }
     }
-    g.cons_off = count;
-    let nn = g.nodes.len();
-    let mut ccount = vec![0u32; nn + 1];
-    for &s in &g.ctl_src {
-        ccount[s as usize + 1] += 1;
-    }
-    for i in 0..nn {
-        ccount[i + 1] += ccount[i];
-    }
-    let mut cfill = ccount.clone();
-    g.ctl_dst = vec![0; g.ctl_src.len()];
-    for n in 0..nn {
-        for k in g.ctl_off[n]..g.ctl_off[n + 1] {
-            let s = g.ctl_src[k as usize] as usize;
-            g.ctl_dst[cfill[s] as usize] = n as u32;
-            cfill[s] += 1;
-        }
-    }
-    g.ctl_dst_off = ccount;
+    (off, node, slot)
 }
 
 /// Variable, write, no-recompute flags and buffer aliases, from op kinds and
@@ -503,17 +571,17 @@ fn set_flags_and_aliases(g: &mut Graph) {
             (opkind::never_recompute(op), read, opkind::aliased_input(op))
         })
         .collect();
+    // The dtypes, compact: the inputs of a node are read at random.
+    let dtypes: Vec<DType> = g.tensors.iter().map(|t| t.dtype).collect();
     for n in 0..g.nodes.len() {
         let (never, is_read, alias) = facts[g.nodes[n].op as usize];
         let outs = g.outputs(n as u32);
         let reads_handle = g
             .inputs(n as u32)
             .iter()
-            .any(|&t| g.tensors[t as usize].dtype == DType::RESOURCE);
+            .any(|&t| dtypes[t as usize] == DType::RESOURCE);
         let mut f = g.nodes[n].flags.0;
-        let out_resource = outs
-            .clone()
-            .any(|t| g.tensors[t as usize].dtype == DType::RESOURCE);
+        let out_resource = outs.clone().any(|t| dtypes[t as usize] == DType::RESOURCE);
         if f & NodeFlags::SOURCE != 0 && out_resource {
             f |= NodeFlags::VARIABLE;
         }
@@ -538,7 +606,7 @@ fn set_flags_and_aliases(g: &mut Graph) {
                 };
                 if lo + slot < hi {
                     let src = g.in_tensor[lo + slot];
-                    if g.tensors[src as usize].dtype.size() == g.tensors[t as usize].dtype.size() {
+                    if dtypes[src as usize].size() == dtypes[t as usize].size() {
                         g.tensors[t as usize].alias_of = src;
                         g.tensors[t as usize].bytes = 0;
                     }
@@ -577,11 +645,43 @@ fn persistent_bytes(g: &Graph) -> u64 {
     total
 }
 
-/// Decodes and builds in one call.
+/// Decodes and builds in one call: the graph of
+/// `build(&specs_from_raw(&graphdef::decode(bytes)?)?, opts)`, by the direct
+/// route (no record per node, one name map, inputs parsed once).
 ///
 /// # Errors
-/// Those of [`crate::graphdef::decode`], [`specs_from_raw`] and [`build`].
+/// Those of [`crate::graphdef::decode`], [`specs_from_raw`] and [`build`],
+/// the same as the reference route gives: on any error the direct route
+/// defers to it.
+///
+/// # Complexity
+/// O(bytes + N + T + E + D) expected time and O(N + T + E + D) memory
+/// besides the input, in a few dozen vectors whatever N; on an error, that
+/// of [`reference_graph_from_bytes`] on top.
+///
+/// ```
+/// use hybridplan_core::build::{graph_from_bytes, reference_graph_from_bytes, BuildOptions};
+/// use hybridplan_core::synth::{residual_graphdef, SynthSpec};
+/// let bytes = residual_graphdef(&SynthSpec { blocks: 1, ..Default::default() });
+/// let opts = BuildOptions::default();
+/// assert_eq!(graph_from_bytes(&bytes, &opts), reference_graph_from_bytes(&bytes, &opts));
+/// ```
 pub fn graph_from_bytes(bytes: &[u8], opts: &BuildOptions) -> Result<Graph> {
+    match crate::direct::graph_from_bytes(bytes, opts) {
+        Some(result) => result,
+        None => reference_graph_from_bytes(bytes, opts),
+    }
+}
+
+/// The reference route: [`crate::graphdef::decode`], [`specs_from_raw`],
+/// [`build`].
+///
+/// # Errors
+/// Those of the three.
+///
+/// # Complexity
+/// O(bytes + N + E + D), with a record and a few allocations per node.
+pub fn reference_graph_from_bytes(bytes: &[u8], opts: &BuildOptions) -> Result<Graph> {
     let raw = crate::graphdef::decode(bytes)?;
     let specs = specs_from_raw(&raw)?;
     build(&specs, opts)

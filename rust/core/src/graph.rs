@@ -5,6 +5,12 @@
 //! outputs of node `n` are `out_off[n]..out_off[n + 1]`. Data inputs,
 //! control inputs and the consumers of each tensor are stored as CSR arrays.
 
+use std::borrow::Borrow;
+use std::fmt;
+use std::hash::{Hash, Hasher};
+use std::ops::Deref;
+use std::sync::Arc;
+
 use crate::dtype::DType;
 
 /// Sentinel for "no such tensor / node".
@@ -58,10 +64,155 @@ impl NodeFlags {
     }
 }
 
+/// A node's name, which reads as a `&str` (it derefs to `str`, and
+/// compares, orders, hashes and prints as one).
+///
+/// The names of a built graph are slices of one buffer they share, so a
+/// graph of N nodes holds one allocation for its names, not N; cloning a
+/// name shares the buffer.
+///
+/// ```
+/// use hybridplan_core::graph::Name;
+/// let n = Name::new("dense/MatMul");
+/// assert!(n.starts_with("dense/"));
+/// assert_eq!(n, "dense/MatMul");
+/// assert_eq!(format!("{n}"), "dense/MatMul");
+/// ```
+#[derive(Clone)]
+pub struct Name {
+    buf: Arc<String>,
+    start: u32,
+    /// [`WHOLE`]: the name is all of `buf`.
+    end: u32,
+}
+
+/// [`Name::end`] of a name that is its whole buffer.
+const WHOLE: u32 = u32::MAX;
+
+impl Name {
+    /// A name with a buffer of its own.
+    pub fn new(s: &str) -> Name {
+        Name {
+            buf: Arc::new(s.to_owned()),
+            start: 0,
+            end: WHOLE,
+        }
+    }
+
+    /// The names `buf[ends[i - 1]..ends[i]]` (the first from 0), sharing
+    /// `buf` (a name past the first 4 GiB gets a buffer of its own). `ends`
+    /// must be ascending char boundaries of `buf`; a range that is not
+    /// reads as an empty name.
+    pub(crate) fn split(
+        buf: Arc<String>,
+        ends: impl IntoIterator<Item = usize>,
+    ) -> impl Iterator<Item = Name> {
+        ends.into_iter().scan(0, move |start, end| {
+            let range = (*start, end);
+            *start = end;
+            Some(match (u32::try_from(range.0), u32::try_from(range.1)) {
+                (Ok(start), Ok(end)) if end != WHOLE => Name {
+                    buf: Arc::clone(&buf),
+                    start,
+                    end,
+                },
+                _ => Name::new(buf.get(range.0..range.1).unwrap_or_default()),
+            })
+        })
+    }
+
+    /// The name as a string slice.
+    pub fn as_str(&self) -> &str {
+        if self.end == WHOLE {
+            return &self.buf;
+        }
+        self.buf
+            .get(self.start as usize..self.end as usize)
+            .unwrap_or_default()
+    }
+}
+
+impl Deref for Name {
+    type Target = str;
+
+    fn deref(&self) -> &str {
+        self.as_str()
+    }
+}
+
+impl AsRef<str> for Name {
+    fn as_ref(&self) -> &str {
+        self.as_str()
+    }
+}
+
+impl PartialEq for Name {
+    fn eq(&self, other: &Name) -> bool {
+        self.as_str() == other.as_str()
+    }
+}
+
+impl Eq for Name {}
+
+impl PartialEq<str> for Name {
+    fn eq(&self, other: &str) -> bool {
+        self.as_str() == other
+    }
+}
+
+impl PartialEq<&str> for Name {
+    fn eq(&self, other: &&str) -> bool {
+        self.as_str() == *other
+    }
+}
+
+impl PartialOrd for Name {
+    fn partial_cmp(&self, other: &Name) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for Name {
+    fn cmp(&self, other: &Name) -> std::cmp::Ordering {
+        self.as_str().cmp(other.as_str())
+    }
+}
+
+impl Hash for Name {
+    fn hash<H: Hasher>(&self, h: &mut H) {
+        self.as_str().hash(h);
+    }
+}
+
+impl Borrow<str> for Name {
+    fn borrow(&self) -> &str {
+        self.as_str()
+    }
+}
+
+impl From<&str> for Name {
+    fn from(s: &str) -> Name {
+        Name::new(s)
+    }
+}
+
+impl fmt::Display for Name {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(self.as_str(), f)
+    }
+}
+
+impl fmt::Debug for Name {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(self.as_str(), f)
+    }
+}
+
 /// One op.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Node {
-    pub name: Box<str>,
+    /// The node's name (reads as a `&str`); also [`Graph::node_name`].
+    pub name: Name,
     /// Index into [`Graph::ops`].
     pub op: u32,
     /// Index into [`Graph::devices`].
@@ -91,7 +242,7 @@ pub struct Tensor {
 }
 
 /// The training-step graph.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct Graph {
     pub nodes: Vec<Node>,
     pub tensors: Vec<Tensor>,
@@ -134,6 +285,11 @@ impl Graph {
         self.tensors.len()
     }
 
+    /// The name of node `n`.
+    pub fn node_name(&self, n: u32) -> &str {
+        &self.nodes[n as usize].name
+    }
+
     pub fn op_name(&self, n: u32) -> &str {
         &self.ops[self.nodes[n as usize].op as usize]
     }
@@ -157,6 +313,13 @@ impl Graph {
 
     pub fn consumers(&self, t: u32) -> &[u32] {
         &self.cons_node[self.cons_off[t as usize] as usize..self.cons_off[t as usize + 1] as usize]
+    }
+
+    /// The data consumers of all outputs of node `n`, once per edge: one
+    /// run of `cons_node`, as the outputs are consecutive tensors.
+    pub fn data_consumers(&self, n: u32) -> &[u32] {
+        let (lo, hi) = (self.out_off[n as usize], self.out_off[n as usize + 1]);
+        &self.cons_node[self.cons_off[lo as usize] as usize..self.cons_off[hi as usize] as usize]
     }
 
     pub fn consumer_slots(&self, t: u32) -> &[u32] {
@@ -195,5 +358,25 @@ impl Graph {
             .iter()
             .map(move |&t| self.tensors[t as usize].node)
             .chain(self.control_inputs(n).iter().copied())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_split_from_one_buffer_read_as_their_slices() {
+        let buf = Arc::new("abcdefg".to_string());
+        let names: Vec<Name> = Name::split(Arc::clone(&buf), [1, 3, 3, 7]).collect();
+        let strs: Vec<&str> = names.iter().map(|n| n.as_str()).collect();
+        assert_eq!(strs, ["a", "bc", "", "defg"]);
+        assert_eq!(Arc::strong_count(&buf), 5);
+        assert_eq!(names[1], Name::new("bc"));
+        assert_eq!(format!("{:?}", names[3]), "\"defg\"");
+        assert!(names[0] < names[1]);
+        // Out-of-range ends read as empty names rather than panic.
+        let bad: Vec<Name> = Name::split(buf, [9]).collect();
+        assert_eq!(bad[0], "");
     }
 }

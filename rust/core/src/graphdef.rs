@@ -3,6 +3,11 @@
 //! Only the fields the planner needs are read; everything else is skipped
 //! without being interpreted. Strings borrow from the input bytes.
 //!
+//! This is the reference decoder: it defines what is accepted and the
+//! decode errors. [`crate::build::graph_from_bytes`] takes a direct route
+//! (the crate-private `flatdecode`, with no record per node) that accepts
+//! no more than this decoder and re-runs it for the error message.
+//!
 //! # Complexity
 //! O(bytes): one pass over the input, no recursion deeper than five message
 //! levels (GraphDef > NodeDef > AttrValue > ListValue > TensorShapeProto).

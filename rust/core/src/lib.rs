@@ -7,8 +7,9 @@
 //!
 //! | phase | module | what |
 //! |---|---|---|
-//! | decode | [`graphdef`] | `GraphDef` bytes -> borrowed node records |
-//! | build | [`build`] | node records -> [`graph::Graph`] (CSR arrays), op facts from [`opkind`] |
+//! | decode + build | `direct` (with `flatdecode`, `nametable`) | `GraphDef` bytes -> [`graph::Graph`] (CSR arrays) in one pass over flat arrays, as [`build::graph_from_bytes`] does |
+//! | decode | [`graphdef`] | the reference decoder: `GraphDef` bytes -> borrowed node records |
+//! | build | [`build`] | node records or flat specs -> [`graph::Graph`], op facts from [`opkind`] |
 //! | phases | [`phase`] | forward / backward / update from the loss |
 //! | schedule | [`schedule`] | deterministic topological order |
 //! | liveness | [`liveness`] | live intervals, memory timeline, peak |
@@ -27,11 +28,14 @@ pub mod api;
 pub mod build;
 pub mod cost;
 pub mod device;
+pub(crate) mod direct;
 pub mod dtype;
 pub mod error;
+pub(crate) mod flatdecode;
 pub mod graph;
 pub mod graphdef;
 pub mod liveness;
+pub(crate) mod nametable;
 pub mod opkind;
 pub mod phase;
 pub mod plan;

@@ -91,12 +91,48 @@ fn resolve_owners(g: &Graph, s: &Schedule) -> Vec<u32> {
 }
 
 /// Difference-array sweep: + bytes at produce, - bytes after last use.
+/// The differences are kept as `i64` in the buffer that becomes the
+/// timeline (one array of `len + 1` words); a graph whose differences do not
+/// fit (sizes near 2^63 bytes) is summed in `i128` instead. The running sum
+/// is exact and clamped to `0..=u64::MAX`.
 pub(crate) fn memory_timeline(
     g: &Graph,
     produce: &[u32],
     last_use: &[u32],
     len: usize,
 ) -> Vec<u64> {
+    let Some(delta) = deltas_i64(g, produce, last_use, len) else {
+        return memory_timeline_wide(g, produce, last_use, len);
+    };
+    let mut timeline = delta;
+    let mut cur: i128 = i128::from(g.persistent_bytes);
+    for d in &mut timeline {
+        cur += i128::from(*d as i64);
+        *d = cur.clamp(0, i128::from(u64::MAX)) as u64;
+    }
+    timeline.truncate(len);
+    timeline
+}
+
+/// The differences as `i64` (stored as their two's complement in `u64`),
+/// or `None` if one does not fit.
+fn deltas_i64(g: &Graph, produce: &[u32], last_use: &[u32], len: usize) -> Option<Vec<u64>> {
+    let mut delta = vec![0u64; len + 1];
+    for (t, tt) in g.tensors.iter().enumerate() {
+        if tt.bytes == 0 {
+            continue;
+        }
+        let b = i64::try_from(tt.bytes).ok()?;
+        let at = &mut delta[produce[t] as usize];
+        *at = (*at as i64).checked_add(b)? as u64;
+        let at = &mut delta[last_use[t] as usize + 1];
+        *at = (*at as i64).checked_sub(b)? as u64;
+    }
+    Some(delta)
+}
+
+/// [`memory_timeline`] with `i128` differences.
+fn memory_timeline_wide(g: &Graph, produce: &[u32], last_use: &[u32], len: usize) -> Vec<u64> {
     let mut delta = vec![0i128; len + 1];
     for (t, tt) in g.tensors.iter().enumerate() {
         if tt.bytes == 0 {
@@ -140,5 +176,52 @@ impl Liveness {
         });
         live.truncate(k);
         live
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::build::{build, BuildOptions, NodeSpec, OutSpec};
+    use crate::dtype::DType;
+    use crate::graphdef::Shape;
+
+    fn timelines(dims: Vec<i64>) -> (Vec<u64>, Vec<u64>) {
+        let out = || {
+            vec![OutSpec {
+                dtype: Some(DType::FLOAT),
+                shape: Shape(Some(dims.clone())),
+            }]
+        };
+        let node = |name, inputs| NodeSpec {
+            name,
+            op: "Relu",
+            device: "",
+            inputs,
+            outputs: out(),
+            calls_function: false,
+        };
+        let specs = [
+            node("a", vec![]),
+            node("b", vec!["a"]),
+            node("c", vec!["a", "b"]),
+        ];
+        let g = build(&specs, &BuildOptions::default()).unwrap();
+        let s = crate::schedule::schedule(&g).unwrap();
+        let l = liveness(&g, &s);
+        let n = s.order.len();
+        let wide = memory_timeline_wide(&g, &l.produce, &l.last_use, n);
+        (l.timeline, wide)
+    }
+
+    #[test]
+    fn narrow_and_wide_sums_agree() {
+        let (narrow, wide) = timelines(vec![3, 5]);
+        assert_eq!(narrow, wide);
+        assert_eq!(narrow, vec![60, 120, 180]);
+        // 2^61 floats: 2^63 bytes each, past i64, and sums past u64 (clamped).
+        let (huge, wide) = timelines(vec![1 << 61]);
+        assert_eq!(huge, wide);
+        assert_eq!(huge[2], u64::MAX);
     }
 }

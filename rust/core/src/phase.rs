@@ -24,42 +24,56 @@
 //!
 //! # Complexity
 //! O(N + E) for the phases; loss inference adds O(min(C, 64) * (N + E)) for
-//! C candidates.
-
-use rustc_hash::FxHashMap;
+//! C candidates (none when one candidate is left: the ancestors of the loss
+//! are walked once). The walks read compact copies of what they need at
+//! random (the producer of each tensor, the flags of each node: 5 bytes
+//! where the records take 72), O(N + T) memory.
 
 use crate::error::{PlanError, Result};
 use crate::graph::{Graph, NodeFlags, Phase, NONE};
 
 const MAX_LOSS_CANDIDATES: usize = 64;
 
-/// Sets `g.loss` and `g.phase`.
+/// Sets `g.loss` and `g.phase`; `lookup(g, name)` gives the id of the
+/// node named `name`.
 ///
 /// # Errors
 /// [`PlanError::InvalidArgument`] if a given loss names nothing in the graph;
 /// [`PlanError::InvalidGraph`] if no loss can be inferred.
-pub fn classify(g: &mut Graph, loss: Option<&str>, index: &FxHashMap<&str, u32>) -> Result<()> {
-    g.loss = match loss {
-        Some(name) => resolve_loss(g, name, index)?,
-        None => infer_loss(g).unwrap_or(NONE),
+pub fn classify(
+    g: &mut Graph,
+    loss: Option<&str>,
+    lookup: impl Fn(&Graph, &str) -> Option<u32>,
+) -> Result<()> {
+    let w = Walk::new(g);
+    let (loss, forward) = match loss {
+        Some(name) => (resolve_loss(g, name, lookup)?, None),
+        None => match infer(&w) {
+            Some((t, a)) => (t, a),
+            None => (NONE, None),
+        },
     };
-    let n = g.num_nodes();
-    g.phase = vec![Phase::Other; n];
-    if g.loss == NONE {
-        return Ok(());
-    }
-    let forward = ancestors(g, g.tensors[g.loss as usize].node);
-    for (v, &is_fwd) in forward.iter().enumerate() {
-        if is_fwd && !g.nodes[v].flags.has(NodeFlags::SOURCE) {
-            g.phase[v] = Phase::Forward;
+    let mut phase = vec![Phase::Other; g.num_nodes()];
+    if loss != NONE {
+        let forward = forward.unwrap_or_else(|| w.ancestors(g.tensors[loss as usize].node));
+        for (v, &is_fwd) in forward.iter().enumerate() {
+            if is_fwd && w.flags[v] & NodeFlags::SOURCE == 0 {
+                phase[v] = Phase::Forward;
+            }
         }
+        mark_update(&w, &mut phase);
+        mark_backward(&w, &mut phase);
     }
-    mark_update(g);
-    mark_backward(g);
+    g.loss = loss;
+    g.phase = phase;
     Ok(())
 }
 
-fn resolve_loss(g: &Graph, name: &str, index: &FxHashMap<&str, u32>) -> Result<u32> {
+fn resolve_loss(
+    g: &Graph,
+    name: &str,
+    lookup: impl Fn(&Graph, &str) -> Option<u32>,
+) -> Result<u32> {
     let (node, k) = match name.rsplit_once(':') {
         Some((n, k)) => (n, k.parse::<u32>().ok()),
         None => (name, Some(0)),
@@ -69,7 +83,7 @@ fn resolve_loss(g: &Graph, name: &str, index: &FxHashMap<&str, u32>) -> Result<u
             "loss '{name}' is not a tensor of the graph: pass 'node:index' of the loss (e.g. the input of the step's output Identity)"
         ))
     };
-    let &n = index.get(node).ok_or_else(missing)?;
+    let n = lookup(g, node).ok_or_else(missing)?;
     let k = k.ok_or_else(missing)?;
     let outs = g.outputs(n);
     if k >= outs.end - outs.start {
@@ -80,14 +94,21 @@ fn resolve_loss(g: &Graph, name: &str, index: &FxHashMap<&str, u32>) -> Result<u
 
 /// The inferred loss tensor, or `None` when no candidate exists.
 pub fn infer_loss(g: &Graph) -> Option<u32> {
-    let is_sink = |v: u32| g.successors(v).next().is_none();
-    let after_update = descendants_of_writes(g);
+    infer(&Walk::new(g)).map(|(t, _)| t)
+}
+
+/// [`infer_loss`], with the ancestors of the loss's producer where they
+/// were computed to choose among candidates.
+fn infer(w: &Walk<'_>) -> Option<(u32, Option<Vec<bool>>)> {
+    let g = w.g;
+    let is_sink = |v: u32| w.successor_count(v) == 0;
+    let after_update = w.descendants_of_writes();
     let mut candidates = Vec::new();
     'tensors: for t in 0..g.num_tensors() as u32 {
         let tt = &g.tensors[t as usize];
         if !tt.dtype.is_float()
             || g.elements(t) > 1
-            || g.nodes[tt.node as usize].flags.has(NodeFlags::SOURCE)
+            || w.flags[tt.node as usize] & NodeFlags::SOURCE != 0
         {
             continue;
         }
@@ -109,107 +130,159 @@ pub fn infer_loss(g: &Graph) -> Option<u32> {
     if candidates.iter().any(|&t| feeds_late_output(t)) {
         candidates.retain(|&t| feeds_late_output(t));
     }
-    let mut best: Option<(usize, u32)> = None;
+    if let [t] = candidates[..] {
+        return Some((t, None));
+    }
+    let mut best: Option<(usize, u32, Vec<bool>)> = None;
     for t in candidates {
-        let count = ancestors(g, g.tensors[t as usize].node)
-            .iter()
-            .filter(|&&a| a)
-            .count();
-        if best.is_none_or(|(c, _)| count > c) {
-            best = Some((count, t));
+        let a = w.ancestors(g.tensors[t as usize].node);
+        let count = a.iter().filter(|&&x| x).count();
+        if best.as_ref().is_none_or(|(c, _, _)| count > *c) {
+            best = Some((count, t, a));
         }
     }
-    best.map(|(_, t)| t)
-}
-
-/// Marks every node that runs after some variable write. O(N + E).
-fn descendants_of_writes(g: &Graph) -> Vec<bool> {
-    let mut seen = vec![false; g.num_nodes()];
-    let mut stack: Vec<u32> = (0..g.num_nodes() as u32)
-        .filter(|&v| g.nodes[v as usize].flags.has(NodeFlags::WRITES_VARIABLE))
-        .collect();
-    for &v in &stack {
-        seen[v as usize] = true;
-    }
-    while let Some(u) = stack.pop() {
-        for s in g.successors(u) {
-            if !seen[s as usize] {
-                seen[s as usize] = true;
-                stack.push(s);
-            }
-        }
-    }
-    seen
+    best.map(|(_, t, a)| (t, Some(a)))
 }
 
 /// Marks `v` and all its ancestors. O(N + E), iterative.
 pub fn ancestors(g: &Graph, v: u32) -> Vec<bool> {
-    let mut seen = vec![false; g.num_nodes()];
-    let mut stack = vec![v];
-    seen[v as usize] = true;
-    while let Some(u) = stack.pop() {
-        for p in g.predecessors(u) {
-            if !seen[p as usize] {
-                seen[p as usize] = true;
-                stack.push(p);
-            }
-        }
-    }
-    seen
+    Walk::new(g).ancestors(v)
 }
 
-fn mark_update(g: &mut Graph) {
-    let n = g.num_nodes();
-    let mut pending: Vec<u32> = (0..n as u32)
-        .map(|v| g.successors(v).count() as u32)
-        .collect();
-    let mut stack: Vec<u32> = (0..n as u32)
-        .filter(|&v| g.nodes[v as usize].flags.has(NodeFlags::WRITES_VARIABLE))
-        .collect();
-    for &v in &stack {
-        g.phase[v as usize] = Phase::Update;
+/// The graph with compact copies of what its traversals read at random:
+/// the producer of every tensor and the flags of every node.
+struct Walk<'g> {
+    g: &'g Graph,
+    producer: Vec<u32>,
+    flags: Vec<u8>,
+}
+
+impl<'g> Walk<'g> {
+    fn new(g: &'g Graph) -> Walk<'g> {
+        let mut producer = Vec::with_capacity(g.num_tensors());
+        for n in 0..g.num_nodes() as u32 {
+            producer.extend(g.outputs(n).map(|_| n));
+        }
+        Walk {
+            g,
+            producer,
+            flags: g.nodes.iter().map(|n| n.flags.0).collect(),
+        }
     }
-    // The phases are taken out of the graph so its edges can be walked
-    // without copying them.
-    let mut phase = std::mem::take(&mut g.phase);
+
+    /// The data and control consumers of `v`: the nodes of
+    /// [`Graph::successors`].
+    #[inline]
+    fn successor_lists(&self, v: u32) -> (&'g [u32], &'g [u32]) {
+        (self.g.data_consumers(v), self.g.control_outputs(v))
+    }
+
+    #[inline]
+    fn successor_count(&self, v: u32) -> usize {
+        let (data, control) = self.successor_lists(v);
+        data.len() + control.len()
+    }
+
+    /// Calls `f` on every successor of `v`, once per edge.
+    #[inline]
+    fn each_successor(&self, v: u32, mut f: impl FnMut(u32)) {
+        let (data, control) = self.successor_lists(v);
+        data.iter().chain(control).for_each(|&s| f(s));
+    }
+
+    /// Calls `f` on every predecessor of `v`, once per edge.
+    #[inline]
+    fn each_predecessor(&self, v: u32, mut f: impl FnMut(u32)) {
+        for &t in self.g.inputs(v) {
+            f(self.producer[t as usize]);
+        }
+        self.g.control_inputs(v).iter().for_each(|&p| f(p));
+    }
+
+    /// Marks `v` and all its ancestors. O(N + E), iterative.
+    fn ancestors(&self, v: u32) -> Vec<bool> {
+        let mut seen = vec![false; self.g.num_nodes()];
+        let mut stack = vec![v];
+        seen[v as usize] = true;
+        while let Some(u) = stack.pop() {
+            self.each_predecessor(u, |p| {
+                if !seen[p as usize] {
+                    seen[p as usize] = true;
+                    stack.push(p);
+                }
+            });
+        }
+        seen
+    }
+
+    /// The nodes that write a variable.
+    fn writes(&self) -> Vec<u32> {
+        (0..self.flags.len() as u32)
+            .filter(|&v| self.flags[v as usize] & NodeFlags::WRITES_VARIABLE != 0)
+            .collect()
+    }
+
+    /// Marks every node that runs after some variable write. O(N + E).
+    fn descendants_of_writes(&self) -> Vec<bool> {
+        let mut seen = vec![false; self.g.num_nodes()];
+        let mut stack = self.writes();
+        for &v in &stack {
+            seen[v as usize] = true;
+        }
+        while let Some(u) = stack.pop() {
+            self.each_successor(u, |s| {
+                if !seen[s as usize] {
+                    seen[s as usize] = true;
+                    stack.push(s);
+                }
+            });
+        }
+        seen
+    }
+}
+
+fn mark_update(w: &Walk<'_>, phase: &mut [Phase]) {
+    let n = w.g.num_nodes();
+    let mut pending: Vec<u32> = (0..n as u32).map(|v| w.successor_count(v) as u32).collect();
+    let mut stack = w.writes();
+    for &v in &stack {
+        phase[v as usize] = Phase::Update;
+    }
     while let Some(u) = stack.pop() {
-        for p in g.predecessors(u) {
+        w.each_predecessor(u, |p| {
             let pi = p as usize;
             pending[pi] = pending[pi].saturating_sub(1);
-            if pending[pi] == 0 && phase[pi] == Phase::Other && can_be_update(g, &phase, p) {
+            if pending[pi] == 0 && phase[pi] == Phase::Other && can_be_update(w, phase, p) {
                 phase[pi] = Phase::Update;
                 stack.push(p);
             }
-        }
+        });
     }
-    g.phase = phase;
 }
 
-fn can_be_update(g: &Graph, phase: &[Phase], v: u32) -> bool {
-    let f = g.nodes[v as usize].flags;
-    !f.has(NodeFlags::SOURCE)
-        && g.inputs(v)
+fn can_be_update(w: &Walk<'_>, phase: &[Phase], v: u32) -> bool {
+    w.flags[v as usize] & NodeFlags::SOURCE == 0
+        && w.g
+            .inputs(v)
             .iter()
-            .all(|&t| phase[g.tensors[t as usize].node as usize] != Phase::Forward)
+            .all(|&t| phase[w.producer[t as usize] as usize] != Phase::Forward)
 }
 
-fn mark_backward(g: &mut Graph) {
-    let mut stack: Vec<u32> = (0..g.num_nodes() as u32)
-        .filter(|&v| g.phase[v as usize] == Phase::Forward)
+fn mark_backward(w: &Walk<'_>, phase: &mut [Phase]) {
+    let mut stack: Vec<u32> = (0..phase.len() as u32)
+        .filter(|&v| phase[v as usize] == Phase::Forward)
         .collect();
-    let mut seen = vec![false; g.num_nodes()];
-    let mut phase = std::mem::take(&mut g.phase);
+    let mut seen = vec![false; phase.len()];
     while let Some(u) = stack.pop() {
-        for s in g.successors(u) {
+        w.each_successor(u, |s| {
             let si = s as usize;
             if !seen[si] {
                 seen[si] = true;
-                if phase[si] == Phase::Other && !g.nodes[si].flags.has(NodeFlags::SOURCE) {
+                if phase[si] == Phase::Other && w.flags[si] & NodeFlags::SOURCE == 0 {
                     phase[si] = Phase::Backward;
                 }
                 stack.push(s);
             }
-        }
+        });
     }
-    g.phase = phase;
 }

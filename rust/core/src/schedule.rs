@@ -34,7 +34,12 @@ pub struct Schedule {
 /// [`PlanError::Cycle`] naming the nodes of one cycle.
 pub fn schedule(g: &Graph) -> Result<Schedule> {
     let n = g.num_nodes();
-    let identity = (0..n as u32).all(|v| g.predecessors(v).all(|p| p < v));
+    // A tensor's producer precedes v exactly when the tensor does precede
+    // v's outputs (tensors are numbered in producer order).
+    let identity = (0..n as u32).all(|v| {
+        let first_output = g.out_off[v as usize];
+        g.inputs(v).iter().all(|&t| t < first_output) && g.control_inputs(v).iter().all(|&p| p < v)
+    });
     let order: Vec<u32> = if identity {
         (0..n as u32).collect()
     } else {
@@ -55,7 +60,7 @@ pub fn schedule(g: &Graph) -> Result<Schedule> {
 fn kahn_min_id(g: &Graph) -> Result<Vec<u32>> {
     let n = g.num_nodes();
     let mut indeg: Vec<u32> = (0..n as u32)
-        .map(|v| g.predecessors(v).count() as u32)
+        .map(|v| (g.inputs(v).len() + g.control_inputs(v).len()) as u32)
         .collect();
     let mut heap: BinaryHeap<Reverse<u32>> = BinaryHeap::new();
     let mut cursor = 0usize;
@@ -76,7 +81,7 @@ fn kahn_min_id(g: &Graph) -> Result<Vec<u32>> {
             _ => break,
         };
         order.push(v);
-        for s in g.successors(v) {
+        for &s in g.data_consumers(v).iter().chain(g.control_outputs(v)) {
             let d = &mut indeg[s as usize];
             *d -= 1;
             if *d == 0 && (s as usize) < cursor {

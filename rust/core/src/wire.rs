@@ -137,6 +137,127 @@ fn err_at(pos: usize, what: &str) -> PlanError {
     PlanError::Decode(format!("{what} at byte {pos}"))
 }
 
+/// The error of a [`Scan`]: the input is malformed, no detail given.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Malformed;
+
+/// Result of a [`Scan`] read.
+pub(crate) type Scanned<T> = std::result::Result<T, Malformed>;
+
+/// A [`Reader`] for hot loops: the same checks, an error without detail (so
+/// results stay in registers), and byte strings left for the caller to
+/// check as UTF-8.
+pub(crate) struct Scan<'a> {
+    buf: &'a [u8],
+    pos: usize,
+}
+
+impl<'a> Scan<'a> {
+    #[inline]
+    pub(crate) fn new(buf: &'a [u8]) -> Self {
+        Scan { buf, pos: 0 }
+    }
+
+    #[inline]
+    pub(crate) fn at_end(&self) -> bool {
+        self.pos >= self.buf.len()
+    }
+
+    #[inline]
+    pub(crate) fn varint(&mut self) -> Scanned<u64> {
+        match self.buf.get(self.pos) {
+            Some(&b) if b < 0x80 => {
+                self.pos += 1;
+                Ok(u64::from(b))
+            }
+            _ => self.varint_slow(),
+        }
+    }
+
+    #[inline(never)]
+    fn varint_slow(&mut self) -> Scanned<u64> {
+        let mut v: u64 = 0;
+        for shift in (0..70).step_by(7) {
+            let &b = self.buf.get(self.pos).ok_or(Malformed)?;
+            self.pos += 1;
+            if shift == 63 && b > 1 {
+                return Err(Malformed);
+            }
+            v |= u64::from(b & 0x7f) << shift;
+            if b & 0x80 == 0 {
+                return Ok(v);
+            }
+        }
+        Err(Malformed)
+    }
+
+    /// Reads a field key: (field number, wire type).
+    #[inline]
+    pub(crate) fn key(&mut self) -> Scanned<(u32, u8)> {
+        let k = self.varint()?;
+        let field = k >> 3;
+        if field == 0 || field > u64::from(u32::MAX >> 3) {
+            return Err(Malformed);
+        }
+        Ok((field as u32, (k & 7) as u8))
+    }
+
+    /// Reads a length-delimited payload.
+    #[inline]
+    pub(crate) fn bytes(&mut self) -> Scanned<&'a [u8]> {
+        let len = self.varint()?;
+        let rest = self.buf.get(self.pos..).ok_or(Malformed)?;
+        if len > rest.len() as u64 {
+            return Err(Malformed);
+        }
+        self.pos += len as usize;
+        Ok(&rest[..len as usize])
+    }
+
+    /// Reads a length-delimited payload that must be UTF-8.
+    #[inline]
+    pub(crate) fn str(&mut self) -> Scanned<&'a str> {
+        std::str::from_utf8(self.bytes()?).map_err(|_| Malformed)
+    }
+
+    /// Skips a field of the given wire type.
+    #[inline]
+    pub(crate) fn skip(&mut self, wire: u8) -> Scanned<()> {
+        let n = match wire {
+            VARINT => return self.varint().map(|_| ()),
+            LEN => return self.bytes().map(|_| ()),
+            FIXED64 => 8,
+            FIXED32 => 4,
+            _ => return Err(Malformed),
+        };
+        if self.buf.len() - self.pos < n {
+            return Err(Malformed);
+        }
+        self.pos += n;
+        Ok(())
+    }
+
+    /// Calls `f` on every value of a repeated varint field, packed (LEN) or
+    /// not; accepts what [`Reader::varints`] accepts.
+    #[inline]
+    pub(crate) fn for_each_varint(&mut self, wire: u8, mut f: impl FnMut(u64)) -> Scanned<()> {
+        match wire {
+            LEN => {
+                let mut r = Scan::new(self.bytes()?);
+                while !r.at_end() {
+                    f(r.varint()?);
+                }
+                Ok(())
+            }
+            VARINT => {
+                f(self.varint()?);
+                Ok(())
+            }
+            _ => Err(Malformed),
+        }
+    }
+}
+
 /// A protobuf writer (used by the synthetic generator and tests).
 #[derive(Default)]
 pub(crate) struct Writer {
@@ -186,6 +307,50 @@ mod tests {
             w.varint(v);
             assert_eq!(Reader::new(&w.buf).varint().unwrap(), v);
         }
+    }
+
+    /// Walks a message's fields with `Reader` and with `Scan`: both must
+    /// accept or both reject, at the same field.
+    fn same_walk(b: &[u8]) {
+        let (mut r, mut s) = (Reader::new(b), Scan::new(b));
+        loop {
+            assert_eq!(r.at_end(), s.at_end());
+            if r.at_end() {
+                return;
+            }
+            let (kr, ks) = (r.key(), s.key());
+            assert_eq!(kr.is_ok(), ks.is_ok(), "{b:?}");
+            let Ok((field, wire)) = kr else { return };
+            assert_eq!(Ok((field, wire)), ks);
+            let (rr, rs) = if field % 2 == 0 {
+                let mut v = Vec::new();
+                (r.varints(wire, &mut v), s.for_each_varint(wire, |_| {}))
+            } else {
+                (r.skip(wire), s.skip(wire))
+            };
+            assert_eq!(rr.is_ok(), rs.is_ok(), "{b:?}");
+            if rr.is_err() {
+                return;
+            }
+        }
+    }
+
+    #[test]
+    fn scan_accepts_what_reader_accepts() {
+        let mut x: u64 = 0x9E37_79B9_7F4A_7C15;
+        for len in 0..5000 {
+            let b: Vec<u8> = (0..len % 40)
+                .map(|_| {
+                    x ^= x << 13;
+                    x ^= x >> 7;
+                    x ^= x << 17;
+                    x as u8
+                })
+                .collect();
+            same_walk(&b);
+        }
+        same_walk(&[0x0a, 0x02, 0x08, 0x01]);
+        same_walk(&[0x0a, 0x05, 0x80, 0x80]);
     }
 
     #[test]

@@ -275,7 +275,12 @@ impl<'a> Planner<'a> {
                     self.tflms_grid()
                 } else {
                     let n = self.ctx.s.order.len() as u32;
-                    vec![TflmsParams { threshold: n / 64, ahead: 8, groupby: 8, min_bytes: self.opts.min_bytes }]
+                    vec![TflmsParams {
+                        threshold: n / 64,
+                        ahead: 8,
+                        groupby: 8,
+                        min_bytes: self.opts.min_bytes,
+                    }]
                 };
                 let mut best: Option<Planned> = None;
                 for p in grid {
@@ -554,7 +559,14 @@ fn recompute_options(ctx: &Ctx<'_>, cands: &[SwapCandidate]) -> Vec<RecomputeOpt
             }
             let mut nodes: Vec<u32> = units.units[start..end].iter().flatten().copied().collect();
             nodes.sort_by_key(|&v| ctx.s.pos[v as usize]);
-            out.extend(unit_options(ctx, n + start, &nodes, cands, &gap_of, &mut in_unit));
+            out.extend(unit_options(
+                ctx,
+                n + start,
+                &nodes,
+                cands,
+                &gap_of,
+                &mut in_unit,
+            ));
         }
     }
     out
