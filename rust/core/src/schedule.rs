@@ -1,22 +1,23 @@
-//! The assumed execution order: a deterministic topological order.
+//! The assumed execution order: a deterministic topological order that
+//! follows TensorFlow's executor.
 //!
 //! # The rule
-//! Kahn's algorithm that always runs the ready node with the lowest id.
-//! Node ids are `GraphDef` positions, and a traced `FuncGraph` lists ops in
-//! creation order (forward, then gradients in reverse layer order, then
-//! updates), so for a traced step the order is the `GraphDef` order itself.
-//! TensorFlow's executor runs ready ops as they become ready (inline or on a
-//! thread pool), which on one stream follows the same dataflow frontier;
-//! where several ops are ready at once the real order may differ, which
-//! shifts peaks by at most the ops that are ready together.
+//! Kahn's algorithm with a first-in, first-out ready queue: the nodes with
+//! no inputs enter the queue in node-id order; when a node runs, each
+//! successor whose last input it was enters the queue, in the order of the
+//! node's outgoing edges (its outputs' readers by node id, then its control
+//! successors). This is how TensorFlow's executor proceeds: it runs a node
+//! as soon as its inputs are ready, and queues newly ready nodes behind the
+//! ones already waiting. Measured on CPU (docs/accuracy.md), the rank
+//! correlation of this order with the start times TensorFlow recorded was
+//! 0.80-0.98, against 0.02-0.35 for the lowest-id order used before: ops
+//! that need nothing from the backward pass (optimizer products of the
+//! momentum, shape arithmetic) do run at the start of the step.
 //!
 //! # Complexity
-//! O(N + E) when the node order is already topological (checked first),
-//! otherwise O(E + N log N) with a binary heap. A cycle is reported with the
-//! nodes on it, found in O(N + E).
+//! O(N + E). A cycle is reported with the nodes on it, found in O(N + E).
 
-use std::cmp::Reverse;
-use std::collections::BinaryHeap;
+use std::collections::VecDeque;
 
 use crate::error::{PlanError, Result};
 use crate::graph::Graph;
@@ -34,58 +35,18 @@ pub struct Schedule {
 /// [`PlanError::Cycle`] naming the nodes of one cycle.
 pub fn schedule(g: &Graph) -> Result<Schedule> {
     let n = g.num_nodes();
-    // A tensor's producer precedes v exactly when the tensor does precede
-    // v's outputs (tensors are numbered in producer order).
-    let identity = (0..n as u32).all(|v| {
-        let first_output = g.out_off[v as usize];
-        g.inputs(v).iter().all(|&t| t < first_output) && g.control_inputs(v).iter().all(|&p| p < v)
-    });
-    let order: Vec<u32> = if identity {
-        (0..n as u32).collect()
-    } else {
-        kahn_min_id(g)?
-    };
-    let mut pos = vec![0u32; n];
-    for (p, &v) in order.iter().enumerate() {
-        pos[v as usize] = p as u32;
-    }
-    Ok(Schedule { order, pos })
-}
-
-/// Kahn's algorithm, lowest ready id first. Ready nodes below `cursor` wait
-/// in a heap; those at or above it are found by scanning forward, so an
-/// almost topological order (a traced step, whose output `Identity` comes
-/// before the `NoOp` it waits for) costs O(N + E + H log H) for the H nodes
-/// that become ready behind the cursor.
-fn kahn_min_id(g: &Graph) -> Result<Vec<u32>> {
-    let n = g.num_nodes();
     let mut indeg: Vec<u32> = (0..n as u32)
-        .map(|v| (g.inputs(v).len() + g.control_inputs(v).len()) as u32)
+        .map(|v| g.predecessors(v).count() as u32)
         .collect();
-    let mut heap: BinaryHeap<Reverse<u32>> = BinaryHeap::new();
-    let mut cursor = 0usize;
+    let mut queue: VecDeque<u32> = (0..n as u32).filter(|&v| indeg[v as usize] == 0).collect();
     let mut order = Vec::with_capacity(n);
-    loop {
-        while cursor < n && indeg[cursor] != 0 {
-            cursor += 1;
-        }
-        let v = match heap.peek() {
-            Some(&Reverse(h)) if (h as usize) < cursor || cursor == n => {
-                heap.pop();
-                h
-            }
-            _ if cursor < n => {
-                cursor += 1;
-                (cursor - 1) as u32
-            }
-            _ => break,
-        };
+    while let Some(v) = queue.pop_front() {
         order.push(v);
-        for &s in g.data_consumers(v).iter().chain(g.control_outputs(v)) {
+        for s in g.successors(v) {
             let d = &mut indeg[s as usize];
             *d -= 1;
-            if *d == 0 && (s as usize) < cursor {
-                heap.push(Reverse(s));
+            if *d == 0 {
+                queue.push_back(s);
             }
         }
     }
@@ -94,7 +55,11 @@ fn kahn_min_id(g: &Graph) -> Result<Vec<u32>> {
             nodes: find_cycle(g, &indeg),
         });
     }
-    Ok(order)
+    let mut pos = vec![0u32; n];
+    for (p, &v) in order.iter().enumerate() {
+        pos[v as usize] = p as u32;
+    }
+    Ok(Schedule { order, pos })
 }
 
 /// Walks predecessors among unscheduled nodes until one repeats.

@@ -179,17 +179,31 @@ fn root(g: &Graph, t: u32) -> u32 {
     panic!("alias chain from tensor {t} does not end");
 }
 
-/// The documented rule, naively: run the ready node with the lowest id.
+/// The documented rule, naively: a first-in, first-out ready queue; sources
+/// in id order, then each node's newly ready successors in the order of the
+/// last edge to each.
 fn reference_order(g: &Graph) -> Vec<u32> {
     let n = g.num_nodes() as u32;
     let mut done = vec![false; n as usize];
+    let mut queued = vec![false; n as usize];
+    let mut queue: std::collections::VecDeque<u32> = (0..n)
+        .filter(|&v| g.predecessors(v).next().is_none())
+        .collect();
+    for &v in &queue {
+        queued[v as usize] = true;
+    }
     let mut order = Vec::new();
-    for _ in 0..n {
-        let v = (0..n)
-            .find(|&v| !done[v as usize] && g.predecessors(v).all(|p| done[p as usize]))
-            .expect("a DAG always has a ready node");
+    while let Some(v) = queue.pop_front() {
         done[v as usize] = true;
         order.push(v);
+        let succ: Vec<u32> = g.successors(v).collect();
+        for (k, &s) in succ.iter().enumerate() {
+            let last_edge = !succ[k + 1..].contains(&s);
+            if last_edge && !queued[s as usize] && g.predecessors(s).all(|p| done[p as usize]) {
+                queued[s as usize] = true;
+                queue.push_back(s);
+            }
+        }
     }
     order
 }
