@@ -15,9 +15,9 @@ import tempfile
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-from tensorflow.core.framework import graph_pb2  # noqa: E402
+from tensorflow.core.framework import graph_pb2
 
-import hybridplan  # noqa: E402
+import hybridplan
 
 ROOT = pathlib.Path(__file__).parents[1]
 FIXTURE = (ROOT / "rust/core/tests/fixtures/small_cnn.pb").read_bytes()
@@ -54,38 +54,71 @@ def cases():
     yield "empty bytes", lambda: hybridplan.analyze(b"")
     yield "truncated GraphDef", lambda: hybridplan.analyze(FIXTURE[: len(FIXTURE) // 2])
     yield "garbage bytes", lambda: hybridplan.analyze(b"\xff\x13garbage\x00")
-    yield "a different message (a NodeDef)", lambda: hybridplan.analyze(
-        graph_pb2.GraphDef.FromString(FIXTURE).node[5].SerializeToString())
+    yield (
+        "a different message (a NodeDef)",
+        lambda: hybridplan.analyze(
+            graph_pb2.GraphDef.FromString(FIXTURE).node[5].SerializeToString()
+        ),
+    )
     yield "declared length past the end", lambda: hybridplan.analyze(b"\x0a\xff\xff\xff\xff\x0f")
     yield "10 MB node name", lambda: hybridplan.analyze(graph(("n" * 10_000_000, "Relu")))
     yield "no nodes", lambda: hybridplan.analyze(graph_pb2.GraphDef())
-    yield "cycle", lambda: hybridplan.analyze(
-        graph(("a", "Relu", ["c"], [[4]]), ("b", "Relu", ["a"], [[4]]), ("c", "Relu", ["b"], [[4]])))
-    yield "input from a missing node", lambda: hybridplan.analyze(graph(("a", "Relu", ["zz"], [[4]])))
-    yield "input from a missing output", lambda: hybridplan.analyze(
-        graph(("a", "Relu", [], [[4]]), ("b", "Relu", ["a:3"], [[4]])))
-    yield "duplicate node names", lambda: hybridplan.analyze(
-        graph(("a", "Relu", [], [[4]]), ("a", "Relu", [], [[4]])))
+    yield (
+        "cycle",
+        lambda: hybridplan.analyze(
+            graph(
+                ("a", "Relu", ["c"], [[4]]),
+                ("b", "Relu", ["a"], [[4]]),
+                ("c", "Relu", ["b"], [[4]]),
+            )
+        ),
+    )
+    yield (
+        "input from a missing node",
+        lambda: hybridplan.analyze(graph(("a", "Relu", ["zz"], [[4]]))),
+    )
+    yield (
+        "input from a missing output",
+        lambda: hybridplan.analyze(graph(("a", "Relu", [], [[4]]), ("b", "Relu", ["a:3"], [[4]]))),
+    )
+    yield (
+        "duplicate node names",
+        lambda: hybridplan.analyze(graph(("a", "Relu", [], [[4]]), ("a", "Relu", [], [[4]]))),
+    )
     yield "unknown dtype", lambda: hybridplan.analyze(graph(("a", "Relu", [], [[4]], 77)))
     yield "unknown rank", lambda: hybridplan.analyze(graph(("a", "Relu", [], [None])))
     yield "partial shape", lambda: hybridplan.analyze(graph(("a", "Relu", [], [[-1, 4]])))
-    yield "size past 2^64 bytes", lambda: hybridplan.analyze(graph(("a", "Relu", [], [[2**40, 2**40]])))
+    yield (
+        "size past 2^64 bytes",
+        lambda: hybridplan.analyze(graph(("a", "Relu", [], [[2**40, 2**40]]))),
+    )
     yield "negative dimension", lambda: hybridplan.analyze(graph(("a", "Relu", [], [[-7]])))
     yield "op with no outputs only", lambda: hybridplan.analyze(graph(("a", "NoOp", [], [])))
-    yield "no loss, no backward: plan", lambda: hybridplan.plan(
-        graph(("x", "Placeholder", [], [[1000]]), ("y", "Relu", ["x"], [[1000]])), 4096)
+    yield (
+        "no loss, no backward: plan",
+        lambda: hybridplan.plan(
+            graph(("x", "Placeholder", [], [[1000]]), ("y", "Relu", ["x"], [[1000]])), 4096
+        ),
+    )
     yield "While in the forward pass: plan", lambda: hybridplan.plan(while_gd, "1GiB")
     yield "budget 0", lambda: hybridplan.plan(FIXTURE, 0)
     yield "budget -1", lambda: hybridplan.plan(FIXTURE, -1)
     yield "budget NaN", lambda: hybridplan.plan(FIXTURE, math.nan)
     yield "budget 'lots'", lambda: hybridplan.plan(FIXTURE, "lots")
     yield "budget below the variables", lambda: hybridplan.plan(FIXTURE, 1000)
-    yield "budget no plan meets", lambda: hybridplan.plan(
-        hybridplan.synthetic_graphdef(3000), hybridplan.analyze(
-            hybridplan.synthetic_graphdef(3000)).persistent_bytes + 10)
+    yield (
+        "budget no plan meets",
+        lambda: hybridplan.plan(
+            hybridplan.synthetic_graphdef(3000),
+            hybridplan.analyze(hybridplan.synthetic_graphdef(3000)).persistent_bytes + 10,
+        ),
+    )
     yield "unknown device preset", lambda: hybridplan.plan(FIXTURE, "1GiB", device="tpu")
     (tmp / "dev.json").write_text('{"name": "x", "flops_f32": 1e12}')
-    yield "device file missing fields", lambda: hybridplan.plan(FIXTURE, "1GiB", device=tmp / "dev.json")
+    yield (
+        "device file missing fields",
+        lambda: hybridplan.plan(FIXTURE, "1GiB", device=tmp / "dev.json"),
+    )
     yield "unknown strategy", lambda: hybridplan.plan(FIXTURE, "1GiB", strategy="fast")
     yield "tflms with an unknown key", lambda: hybridplan.plan(FIXTURE, "1GiB", tflms={"x": 1})
     yield "missing file", lambda: hybridplan.analyze("/no/such.pb")
