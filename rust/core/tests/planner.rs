@@ -133,7 +133,11 @@ fn an_unreachable_budget_names_the_smallest_peak() {
         ),
     }
     match run(&a, &dev, Strategy::Hybrid, a.graph.persistent_bytes - 1) {
-        Err(PlanError::Budget { best_peak, strategy, .. }) => {
+        Err(PlanError::Budget {
+            best_peak,
+            strategy,
+            ..
+        }) => {
             assert!(best_peak >= a.graph.persistent_bytes);
             assert!(strategy.contains("variables"), "{strategy}");
         }

@@ -10,8 +10,8 @@
 //! memory effect to the tree, and mark what it frees and what it pins (a
 //! recompute's inputs must stay; they can no longer be swapped or freed).
 //! A peak no remaining option covers is set aside and the next highest
-//! position is lowered. Stops when every position not set aside meets the
-//! target.
+//! position is lowered (at most 64 positions are set aside). Stops when
+//! every position not set aside meets the target.
 //!
 //! # Complexity
 //! O((S + R) log N) for S swap and R recompute options after the O(C log N
@@ -28,6 +28,8 @@ use super::stab::Stab;
 
 /// Subtracted from a position no option can lower, to set it aside.
 const SET_ASIDE: i64 = 1 << 62;
+/// Positions set aside at most; then the greedy stops (the simulator judges).
+const MAX_SET_ASIDE: usize = 64;
 
 /// What the greedy chose.
 #[derive(Debug, Clone, Default)]
@@ -85,6 +87,9 @@ pub fn choose(ctx: &Ctx<'_>, pool: &Pool<'_>, target: u64, lambda: f64) -> Chose
         }
         let valid = |id: u32| valid(ctx, pool, &st, id as usize);
         let Some(id) = stab.best(p, &score, valid) else {
+            if stuck.len() == MAX_SET_ASIDE {
+                break;
+            }
             st.tree.add(p, p, -SET_ASIDE);
             stuck.push((p, peak));
             continue;

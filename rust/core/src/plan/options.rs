@@ -190,6 +190,9 @@ pub struct RecomputeOpt {
     pub transient: u64,
 }
 
+/// Most tensors one recompute option considers freeing (the largest).
+const MAX_TENSORS_PER_OPTION: usize = 64;
+
 /// Most recompute options built per unit (one per clone time).
 const TRIGGERS_PER_UNIT: usize = 3;
 
@@ -205,11 +208,16 @@ pub fn recompute_options(
     in_unit: &mut [bool],
 ) -> Vec<RecomputeOpt> {
     let g = ctx.g;
-    let saved: Vec<&SwapCandidate> = nodes
+    let mut saved: Vec<&SwapCandidate> = nodes
         .iter()
         .flat_map(|&v| g.outputs(v))
         .filter_map(|t| cands.get(gap_of[t as usize] as usize))
         .collect();
+    if saved.len() > MAX_TENSORS_PER_OPTION {
+        // Keep the largest (ties: lowest id), so `triggers` stays O(1) per unit.
+        saved.sort_by(|a, b| b.bytes.cmp(&a.bytes).then(a.tensor.cmp(&b.tensor)));
+        saved.truncate(MAX_TENSORS_PER_OPTION);
+    }
     for &v in nodes {
         in_unit[v as usize] = true;
     }
@@ -301,7 +309,7 @@ fn finish_recompute(
         .collect();
     consumers.sort_unstable();
     consumers.dedup();
-    let saved_t: Vec<u32> = saved.iter().map(|c| c.tensor).collect();
+    let saved_t: rustc_hash::FxHashSet<u32> = saved.iter().map(|c| c.tensor).collect();
     let transient = clones
         .iter()
         .flat_map(|&v| g.outputs(v))

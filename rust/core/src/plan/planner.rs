@@ -164,7 +164,10 @@ impl<'a> Planner<'a> {
         let mut swap_tensor = Vec::new();
         for (i, c) in cands.iter().enumerate() {
             let grouped = swap_option(ctx, i, c, false);
-            let split = swap_option(ctx, i, c, true).filter(|s| Some(s) != grouped.as_ref());
+            let split = (c.late.len() > 1)
+                .then(|| swap_option(ctx, i, c, true))
+                .flatten()
+                .filter(|s| Some(s) != grouped.as_ref());
             for o in grouped.into_iter().chain(split) {
                 swap_tensor.push(c.owner);
                 swaps.push(o);
