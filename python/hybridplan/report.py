@@ -102,7 +102,10 @@ def memory_figure(plan: Plan, measured: tuple[np.ndarray, np.ndarray] | None = N
     ax.axhline(plan.budget / 2**30, color="red", lw=1, label="budget")
     ax.set_xlabel("time in the step (ms)")
     ax.set_ylabel("device memory (GiB)")
-    ax.set_title(f"device memory, {plan.strategy} plan on {plan.report['device']}")
+    ax.set_title(
+        f"device memory, {plan.report.get('strategy_requested', plan.strategy)} plan "
+        f"on {plan.report['device']}"
+    )
     ax.legend(loc="upper left", fontsize=8)
     fig.tight_layout()
     return fig
