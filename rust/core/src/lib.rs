@@ -16,6 +16,8 @@
 //! | device | [`device`] | device and host-link models, named presets |
 //! | cost | [`cost`] | op times: roofline from FLOPs and bytes, or a measured profile |
 //! | simulate | [`simulate`] | compute + D2H + H2D streams: step time, stall, peak, timeline |
+//! | plan | [`plan`] | candidates, units, options, the greedy, TFLMS, the strategies ([`plan::planner`]) |
+//! | all of it | [`api`] | bytes -> analysis -> plan -> simulated report, in one call |
 //!
 //! ```
 //! use hybridplan_core::{analyze, build::BuildOptions, synth};
