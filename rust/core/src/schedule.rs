@@ -17,8 +17,6 @@
 //! # Complexity
 //! O(N + E). A cycle is reported with the nodes on it, found in O(N + E).
 
-use std::collections::VecDeque;
-
 use crate::error::{PlanError, Result};
 use crate::graph::Graph;
 
@@ -36,17 +34,22 @@ pub struct Schedule {
 pub fn schedule(g: &Graph) -> Result<Schedule> {
     let n = g.num_nodes();
     let mut indeg: Vec<u32> = (0..n as u32)
-        .map(|v| g.predecessors(v).count() as u32)
+        .map(|v| (g.inputs(v).len() + g.control_inputs(v).len()) as u32)
         .collect();
-    let mut queue: VecDeque<u32> = (0..n as u32).filter(|&v| indeg[v as usize] == 0).collect();
+    // The order is the queue: nodes are appended as they become ready and
+    // taken from the front, at `next`.
     let mut order = Vec::with_capacity(n);
-    while let Some(v) = queue.pop_front() {
-        order.push(v);
-        for s in g.successors(v) {
+    order.extend((0..n as u32).filter(|&v| indeg[v as usize] == 0));
+    let mut next = 0;
+    while let Some(&v) = order.get(next) {
+        next += 1;
+        // The successors of v in `Graph::successors` order: the readers of
+        // its outputs (one run of `cons_node`), then its control successors.
+        for &s in g.data_consumers(v).iter().chain(g.control_outputs(v)) {
             let d = &mut indeg[s as usize];
             *d -= 1;
             if *d == 0 {
-                queue.push_back(s);
+                order.push(s);
             }
         }
     }
