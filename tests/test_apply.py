@@ -180,14 +180,7 @@ def test_dropout_model_stays_bit_identical():
     x = keras.layers.Dropout(0.3)(x)
     x = keras.layers.GlobalAveragePooling2D()(x)
     model = keras.Model(inputs, keras.layers.Dense(10)(x))
-    w = models._workload(
-        "dropout_cnn",
-        model,
-        "sgd",
-        tf.TensorSpec([4, 16, 16, 3], tf.float32, name="x"),
-        tf.TensorSpec([4], tf.int32, name="y"),
-        10,
-    )
+    w = models._image_classifier("dropout_cnn", model, "sgd", batch=4, size=16, classes=10)
     traced = w.trace()
     ops = {n.op for n in traced.graph_def.node}
     assert any("Random" in op for op in ops), ops

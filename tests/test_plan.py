@@ -163,3 +163,11 @@ def test_profile_replaces_estimates(synth):
     slow = {int(i): 1.0 for i in a.order[:10]}
     p = hybridplan.plan(data, budget, device="cpu", min_bytes=1024, profile=slow)
     assert p.original.step_time_s > base.original.step_time_s + 9.0
+
+
+def test_bad_profile_entries_are_invalid_arguments(synth):
+    data, a = synth
+    with pytest.raises(hybridplan.InvalidArgumentError, match="profile"):
+        hybridplan.plan(data, a.peak_bytes, profile={10**8: 1.0})
+    with pytest.raises(hybridplan.InvalidArgumentError, match="profile"):
+        hybridplan.plan(data, a.peak_bytes, profile={0: -1.0})

@@ -128,6 +128,20 @@ def _sparse_ce() -> keras.losses.Loss:
     return keras.losses.SparseCategoricalCrossentropy(from_logits=True)
 
 
+def _image_classifier(
+    name: str, model: Any, optimizer: OptimizerArg, batch: int, size: int, classes: int
+) -> Workload:
+    """A workload on ``batch`` RGB images of ``size``x``size`` with integer class labels."""
+    return _workload(
+        name,
+        model,
+        optimizer,
+        tf.TensorSpec([batch, size, size, 3], tf.float32, name="x"),
+        tf.TensorSpec([batch], tf.int32, name="y"),
+        classes,
+    )
+
+
 def _workload(
     name: str,
     model: keras.Model,
@@ -168,14 +182,7 @@ def _resnet(
     model = app(
         weights=None, input_shape=(size, size, 3), classes=classes, classifier_activation=None
     )
-    return _workload(
-        name,
-        model,
-        optimizer,
-        tf.TensorSpec([batch, size, size, 3], tf.float32, name="x"),
-        tf.TensorSpec([batch], tf.int32, name="y"),
-        classes,
-    )
+    return _image_classifier(name, model, optimizer, batch, size, classes)
 
 
 def resnet50(
@@ -463,14 +470,7 @@ def small_cnn(
     x = keras.layers.Flatten()(x)
     outputs = keras.layers.Dense(classes)(x)
     model = keras.Model(inputs, outputs, name="small_cnn")
-    return _workload(
-        "small_cnn",
-        model,
-        optimizer,
-        tf.TensorSpec([batch, size, size, 3], tf.float32, name="x"),
-        tf.TensorSpec([batch], tf.int32, name="y"),
-        classes,
-    )
+    return _image_classifier("small_cnn", model, optimizer, batch, size, classes)
 
 
 def small_resnet(
@@ -508,14 +508,7 @@ def small_resnet(
     x = keras.layers.GlobalAveragePooling2D()(x)
     outputs = keras.layers.Dense(classes)(x)
     model = keras.Model(inputs, outputs, name="small_resnet")
-    return _workload(
-        "small_resnet",
-        model,
-        optimizer,
-        tf.TensorSpec([batch, size, size, 3], tf.float32, name="x"),
-        tf.TensorSpec([batch], tf.int32, name="y"),
-        classes,
-    )
+    return _image_classifier("small_resnet", model, optimizer, batch, size, classes)
 
 
 # --------------------------------------------------------------------------- registry

@@ -20,7 +20,7 @@ fn main() {
     let dev = preset(args.get(4).map(String::as_str).unwrap_or("v100-nvlink2")).unwrap();
     let t0 = std::time::Instant::now();
     let a = hybridplan_core::analyze(&bytes, &BuildOptions::default()).unwrap();
-    let (times, _) = op_times(&a.graph, &dev, &[]);
+    let (times, _) = op_times(&a.graph, &dev, &[]).unwrap();
     let ctx = Ctx {
         g: &a.graph,
         s: &a.schedule,

@@ -106,17 +106,17 @@ pub struct Outcome {
 
 /// Op times: the cost model's estimates, replaced by a measured profile
 /// (`(node id, seconds)`) where one is given.
-pub fn op_times(g: &Graph, dev: &DeviceModel, profile: &[(u32, f64)]) -> (Vec<f64>, Vec<String>) {
-    let costs = crate::cost::op_costs(g, dev);
-    let mut t = costs.time_s;
-    for &(n, s) in profile {
-        if let Some(x) = t.get_mut(n as usize) {
-            if s.is_finite() && s >= 0.0 {
-                *x = s;
-            }
-        }
-    }
-    (t, costs.unknown_ops)
+///
+/// # Errors
+/// [`PlanError::InvalidArgument`] for a profile entry naming no node or
+/// with a time that is negative or not finite (see [`crate::cost::with_profile`]).
+pub fn op_times(
+    g: &Graph,
+    dev: &DeviceModel,
+    profile: &[(u32, f64)],
+) -> Result<(Vec<f64>, Vec<String>)> {
+    let costs = crate::cost::with_profile(&crate::cost::op_costs(g, dev), profile)?;
+    Ok((costs.time_s, costs.unknown_ops))
 }
 
 /// Plans an analysed graph.
@@ -137,7 +137,7 @@ pub fn plan_analysis(
         ));
     }
     check_supported(&a.graph)?;
-    let (times, unknown_ops) = op_times(&a.graph, dev, profile);
+    let (times, unknown_ops) = op_times(&a.graph, dev, profile)?;
     let ctx = Ctx {
         g: &a.graph,
         s: &a.schedule,
