@@ -171,3 +171,83 @@ def test_bad_profile_entries_are_invalid_arguments(synth):
         hybridplan.plan(data, a.peak_bytes, profile={10**8: 1.0})
     with pytest.raises(hybridplan.InvalidArgumentError, match="profile"):
         hybridplan.plan(data, a.peak_bytes, profile={0: -1.0})
+
+
+def _toml(fields: dict) -> str:
+    return "\n".join(
+        f"{k} = {json.dumps(v) if isinstance(v, str) else repr(v)}" for k, v in fields.items()
+    )
+
+
+def test_device_from_a_toml_file_and_keywords(tmp_path):
+    dev = json.loads(hybridplan._core.device_preset("a100-pcie4"))
+    dev["name"] = "a100-gen3"
+    dev["h2d_bandwidth"] = dev["d2h_bandwidth"] = 12e9
+    f = tmp_path / "dev.toml"
+    f.write_text(_toml(dev))
+    from_toml = hybridplan.plan(FIXTURE, "auto", device=f)
+    assert from_toml.report["device"] == "a100-gen3"
+    kw = hybridplan.device_model(
+        "a100-pcie4", name="a100-gen3", h2d_bandwidth=12e9, d2h_bandwidth=12e9
+    )
+    assert kw == dev
+    assert hybridplan.plan(FIXTURE, "auto", device=kw).report == from_toml.report
+    with pytest.raises(hybridplan.InvalidArgumentError, match="h2d_bandwith"):
+        hybridplan.device_model("a100-pcie4", h2d_bandwith=1e9)
+    del dev["duplex_factor"]
+    f.write_text(_toml(dev))
+    with pytest.raises(hybridplan.InvalidArgumentError, match="duplex_factor"):
+        hybridplan.plan(FIXTURE, "auto", device=f)
+    f.write_text("name = [unclosed")
+    with pytest.raises(hybridplan.InvalidArgumentError, match="not valid"):
+        hybridplan.plan(FIXTURE, "auto", device=f)
+
+
+def _touched(p) -> list[str]:
+    """Producer node of every swap and every recomputed node of a plan."""
+    return [s["tensor"].rsplit(":", 1)[0] for s in p.swaps] + [
+        n for r in p.recomputes for n in r["names"]
+    ]
+
+
+def test_include_and_exclude_by_scope_and_type(synth):
+    data, a = synth
+    budget = a.persistent_bytes + int(a.activation_peak_bytes * 0.7)
+    free = hybridplan.plan(data, budget)
+    touched = _touched(free)
+    scopes = sorted({n.split("/")[1] for n in touched if n.count("/") > 1})
+    assert len(scopes) >= 2, touched  # the test needs decisions in several blocks
+    banned = f"model/{scopes[0]}"
+    p = hybridplan.plan(data, budget, exclude_scopes=[banned])
+    assert p.planned.peak_bytes <= budget
+    assert _touched(p) and not any(n == banned or n.startswith(banned + "/") for n in _touched(p))
+    from tensorflow.core.framework import graph_pb2
+
+    ops = {n.name: n.op for n in graph_pb2.GraphDef.FromString(data).node}
+    loose = a.persistent_bytes + int(a.activation_peak_bytes * 0.9)
+    unfiltered = {ops[n] for n in _touched(hybridplan.plan(data, loose, strategy="swap"))}
+    assert unfiltered - {"Relu"}  # so the include list below changes the plan
+    p = hybridplan.plan(data, loose, strategy="swap", include_types=["Relu"])
+    assert p.planned.peak_bytes <= loose
+    assert p.swaps and {ops[n] for n in _touched(p)} == {"Relu"}
+    with pytest.raises(hybridplan.BudgetError):
+        # Recomputing Relu ops alone frees nothing a budget this tight needs.
+        hybridplan.plan(data, budget, strategy="recompute", include_types=["Relu"])
+
+
+@pytest.mark.parametrize(
+    ("kw", "message"),
+    [
+        ({"include_scopes": ["no/such/scope"]}, "matches no node"),
+        ({"exclude_types": ["NoSuchOp"]}, "matches no node"),
+        ({"include_types": ["Relu"], "exclude_types": ["Relu"]}, "both included and excluded"),
+        ({"include_scopes": ["model/"], "exclude_scopes": ["model"]}, "both included"),
+        ({"include_scopes": [""]}, "empty entry"),
+        ({"include_types": [3]}, "list of strings"),
+        ({"strategy": "recompute", "tflms": {"threshold": 4}}, "swaps nothing"),
+    ],
+)
+def test_conflicting_or_bad_options(synth, kw, message):
+    data, a = synth
+    with pytest.raises(hybridplan.InvalidArgumentError, match=message):
+        hybridplan.plan(data, a.peak_bytes // 2, **kw)

@@ -22,7 +22,15 @@ from .errors import (
     ShapeError,
     UnsupportedGraphError,
 )
-from .planning import STRATEGIES, Plan, device_presets, parse_bytes, plan, synthetic_graphdef
+from .planning import (
+    STRATEGIES,
+    Plan,
+    device_model,
+    device_presets,
+    parse_bytes,
+    plan,
+    synthetic_graphdef,
+)
 
 __all__ = [
     "STRATEGIES",
@@ -42,6 +50,7 @@ __all__ = [
     "analyze",
     "apply",
     "compile_step",
+    "device_model",
     "device_presets",
     "function",
     "keras_step",

@@ -41,6 +41,7 @@ def apply(
     loss: str | None = None,
     min_bytes: int = 1 << 16,
     profile: dict[int, float] | None = None,
+    **plan_options: Any,
 ) -> Result:
     """Plans a training step under ``budget`` and writes the plan into a new GraphDef.
 
@@ -49,7 +50,9 @@ def apply(
     ``/device:CPU:0`` and ``/device:GPU:0``) or ``"cpu-emulation"`` (two
     logical CPUs and ``DeepCopy``, so memory really moves on a CPU). When the
     step already fits, the GraphDef comes back unchanged and
-    ``report["note"]`` says so.
+    ``report["note"]`` says so. Further keyword arguments (``tflms``,
+    ``include_scopes``, ``exclude_scopes``, ``include_types``,
+    ``exclude_types``, ``persistent_bytes``) go to :func:`hybridplan.plan`.
 
     Raises:
         BudgetError, InvalidArgumentError, InvalidGraphError, ShapeError,
@@ -73,6 +76,7 @@ def apply(
         loss=loss or traced_loss,
         min_bytes=min_bytes,
         profile=profile,
+        **plan_options,
     )
     source = graph_pb2.GraphDef.FromString(data)
     report = dict(p.report)
@@ -119,9 +123,11 @@ def function(
     target: str = "gpu",
     loss: int | str | None = None,
     min_bytes: int = 1 << 16,
+    **plan_options: Any,
 ) -> PlannedStep:
     """Traces ``step_fn`` (forward under a tape, gradients, ``apply_gradients``),
     plans it under ``budget`` and returns the rewritten step, ready to call.
+    Further keyword arguments go to :func:`hybridplan.apply`.
 
     Example:
         >>> step = hybridplan.function(train_step, x_spec, y_spec, budget="16GiB")  # doctest: +SKIP
@@ -130,7 +136,15 @@ def function(
     from .tracing import trace
 
     traced = trace(step_fn, *input_specs, loss=loss)
-    r = apply(traced, budget, strategy=strategy, device=device, target=target, min_bytes=min_bytes)
+    r = apply(
+        traced,
+        budget,
+        strategy=strategy,
+        device=device,
+        target=target,
+        min_bytes=min_bytes,
+        **plan_options,
+    )
     return PlannedStep(traced, r)
 
 
@@ -146,14 +160,24 @@ def keras_step(
     device: str | dict | os.PathLike = "v100-nvlink2",
     target: str = "gpu",
     min_bytes: int = 1 << 16,
+    **plan_options: Any,
 ) -> PlannedStep:
     """The standard Keras train step (model, optimizer, loss), planned and rewritten.
 
     Training continues with the ordinary Keras objects: the step updates
-    ``model``'s and ``optimizer``'s variables in place.
+    ``model``'s and ``optimizer``'s variables in place. Further keyword
+    arguments go to :func:`hybridplan.apply`.
     """
     from .tracing import trace_keras
 
     traced = trace_keras(model, optimizer, loss_fn, x_spec, y_spec)
-    r = apply(traced, budget, strategy=strategy, device=device, target=target, min_bytes=min_bytes)
+    r = apply(
+        traced,
+        budget,
+        strategy=strategy,
+        device=device,
+        target=target,
+        min_bytes=min_bytes,
+        **plan_options,
+    )
     return PlannedStep(traced, r)

@@ -6,6 +6,7 @@ import json
 import math
 import os
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -16,7 +17,15 @@ from . import _core
 from ._graphio import GraphLike, graph_bytes
 from .errors import InvalidArgumentError
 
-__all__ = ["STRATEGIES", "Plan", "device_presets", "parse_bytes", "plan", "synthetic_graphdef"]
+__all__ = [
+    "STRATEGIES",
+    "Plan",
+    "device_model",
+    "device_presets",
+    "parse_bytes",
+    "plan",
+    "synthetic_graphdef",
+]
 
 STRATEGIES = ("tflms", "swap", "recompute", "hybrid-paper", "hybrid")
 _UNITS = {
@@ -39,6 +48,29 @@ AUTO_RESERVE = 0.08
 def device_presets() -> list[str]:
     """Names of the built-in device models."""
     return list(_core.device_presets())
+
+
+def device_model(base: str | None = None, **fields: Any) -> dict:
+    """A device model as a dict, for ``device=``: a preset's fields (``base``)
+    with the given ones replaced, or only the given ones when ``base`` is
+    ``None`` (then every field must be given). Field names are those of
+    ``docs/devices.md``; an unknown one is an error.
+
+    Example:
+        >>> slow = hybridplan.device_model("a100-pcie4", name="a100-gen3",
+        ...                                h2d_bandwidth=12e9, d2h_bandwidth=12e9)
+        >>> hybridplan.plan("step.pb", "auto", device=slow)  # doctest: +SKIP
+    """
+    known = set(json.loads(_core.device_preset("cpu")))
+    unknown = sorted(set(fields) - known)
+    if unknown:
+        raise InvalidArgumentError(
+            f"unknown device field(s) {', '.join(unknown)}: "
+            f"the fields are {', '.join(sorted(known))}"
+        )
+    dev = json.loads(_core.device_preset(base)) if base is not None else {}
+    dev.update(fields)
+    return dev
 
 
 def parse_bytes(value: Any, what: str = "budget") -> int:
@@ -69,16 +101,45 @@ def _device_args(device: str | dict | os.PathLike) -> tuple[str, str | None, dic
         text = json.dumps(device)
         return "custom", text, device
     if isinstance(device, (os.PathLike, Path)) or (
-        isinstance(device, str) and device.endswith(".json")
+        isinstance(device, str) and device.lower().endswith((".json", ".toml"))
     ):
-        try:
-            text = Path(device).read_text()
-        except OSError as e:
-            raise InvalidArgumentError(f"cannot read the device file {device}: {e}") from None
-        return "custom", text, json.loads(text) if text.strip() else {}
+        return "custom", *_device_file(Path(device))
     if not isinstance(device, str):
-        raise InvalidArgumentError("device must be a preset name, a dict or a path to a JSON file")
+        raise InvalidArgumentError(
+            "device must be a preset name, a dict or a path to a JSON or TOML file"
+        )
     return device, None, json.loads(_core.device_preset(device))
+
+
+def _device_file(path: Path) -> tuple[str, dict]:
+    """A device model file: JSON, or TOML (by its ``.toml`` suffix), with the
+    fields of ``hybridplan.device_preset``'s JSON. Returns (JSON text, dict);
+    the core checks the fields and names any that is missing."""
+    try:
+        raw = path.read_bytes()
+    except OSError as e:
+        raise InvalidArgumentError(f"cannot read the device file {path}: {e}") from None
+    try:
+        if path.suffix.lower() == ".toml":
+            import tomllib
+
+            fields = tomllib.loads(raw.decode())
+            return json.dumps(fields), fields
+        text = raw.decode()
+        return text, (json.loads(text) if text.strip() else {})
+    except (UnicodeDecodeError, ValueError) as e:
+        # json.JSONDecodeError and tomllib.TOMLDecodeError are ValueErrors.
+        raise InvalidArgumentError(f"device file {path} is not valid: {e}") from None
+
+
+def _names(what: str, value: Sequence[str] | str | None) -> list[str]:
+    if value is None:
+        return []
+    if isinstance(value, str):
+        return [value]
+    if not isinstance(value, Sequence) or not all(isinstance(v, str) for v in value):
+        raise InvalidArgumentError(f"{what} must be a list of strings, got {value!r}")
+    return list(value)
 
 
 def _tflms_args(tflms: dict[str, int] | None) -> tuple[int, int, int] | None:
@@ -240,6 +301,10 @@ def plan(
     min_bytes: int = 1 << 16,
     profile: dict[int, float] | None = None,
     tflms: dict[str, int] | None = None,
+    include_scopes: Sequence[str] | None = None,
+    exclude_scopes: Sequence[str] | None = None,
+    include_types: Sequence[str] | None = None,
+    exclude_types: Sequence[str] | None = None,
 ) -> Plan:
     """Plans which tensors to swap and which sub-graphs to recompute.
 
@@ -252,7 +317,8 @@ def plan(
             ``"swap"`` (the better of TFLMS and hybridplan's own swap planner),
             ``"recompute"``, ``"hybrid-paper"`` (the published hybrid, from the
             TFLMS plan) or ``"hybrid"`` (the fastest of all that fits).
-        device: a preset name (see :func:`device_presets`), a dict or a JSON file.
+        device: a preset name (see :func:`device_presets`), a dict (see
+            :func:`device_model`) or a JSON or TOML file with the same fields.
         loss: the loss tensor; inferred when omitted.
         min_bytes: buffers smaller than this are left alone.
         profile: measured op times, ``{GraphDef node index: seconds}``
@@ -260,6 +326,14 @@ def plan(
         tflms: TFLMS's parameters ``{"threshold": ..., "ahead": ..., "groupby":
             ...}`` (schedule positions) for ``"tflms"``/``"swap"``: the swap plan is
             then exactly TFLMS's; without them they are tuned with the simulator.
+        include_scopes, exclude_scopes, include_types, exclude_types: which
+            ops the planner may touch, as TFLMS offered. A scope matches node
+            names at ``/`` boundaries (``"model/block1"`` matches
+            ``"model/block1/conv"``, not ``"model/block10/conv"``); a type is an
+            op type (``"Conv2D"``). With includes, only matching ops are
+            selected; excludes always win. Only a selected op's outputs are
+            swapped and only all-selected sub-graphs recomputed. An entry that
+            matches no node is an error.
 
     Raises:
         BudgetError: no plan fits; ``best_peak`` says the smallest peak reached.
@@ -273,6 +347,17 @@ def plan(
         raise InvalidArgumentError(
             f"unknown strategy {strategy!r}: use one of {', '.join(STRATEGIES)}"
         )
+    if tflms is not None and strategy not in ("tflms", "swap", "hybrid-paper", "hybrid"):
+        raise InvalidArgumentError(
+            f"tflms parameters set the swap plan, and strategy {strategy!r} swaps nothing: "
+            "drop tflms or use strategy='swap'"
+        )
+    select = (
+        _names("include_scopes", include_scopes),
+        _names("exclude_scopes", exclude_scopes),
+        _names("include_types", include_types),
+        _names("exclude_types", exclude_types),
+    )
     name, device_json, dev = _device_args(device)
     nbytes = _budget(budget, dev)
     min_bytes = parse_bytes(min_bytes, "min_bytes") if min_bytes else 0
@@ -288,6 +373,7 @@ def plan(
         min_bytes=min_bytes,
         profile=sorted(profile.items()) if profile else None,
         tflms=_tflms_args(tflms),
+        select=select if any(select) else None,
     )
     return Plan(json.loads(core.report_json), (core.timeline(0), core.timeline(1)), core.events())
 

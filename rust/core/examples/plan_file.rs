@@ -46,7 +46,7 @@ fn main() {
         ..Default::default()
     };
     let tn = std::time::Instant::now();
-    let planner = Planner::new(&ctx, &opts, &judge);
+    let planner = Planner::new(&ctx, &opts, &judge).expect("selection");
     println!("options built in {:?}", tn.elapsed());
     println!(
         "analyze {:?}, liveness peak {} at pos {}",

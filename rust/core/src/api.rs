@@ -157,7 +157,7 @@ pub fn plan_analysis(
             step_time_s: r.step_time_s,
         })
     };
-    let planner = Planner::new(&ctx, opts, &judge);
+    let planner = Planner::new(&ctx, opts, &judge)?;
     let planned: Planned = planner.run().map_err(|e| match e {
         PlanError::Budget {
             budget,

@@ -11,6 +11,7 @@ use hybridplan_core::build::BuildOptions;
 use hybridplan_core::graph::Phase;
 use hybridplan_core::plan::planner::PlanOptions;
 use hybridplan_core::plan::tflms::TflmsParams;
+use hybridplan_core::plan::select::Selection;
 use hybridplan_core::simulate::{EventKind, SimEvent};
 use numpy::{IntoPyArray, PyArray1};
 use pyo3::prelude::*;
@@ -190,7 +191,7 @@ fn split_timeline(tl: &[(f64, u64)]) -> (Vec<f64>, Vec<u64>) {
 
 /// Plans a serialized GraphDef under a budget.
 #[pyfunction]
-#[pyo3(signature = (data, budget, strategy="hybrid", device="v100-nvlink2", device_json=None, loss=None, persistent_bytes=None, min_bytes=65536, profile=None, tflms=None))]
+#[pyo3(signature = (data, budget, strategy="hybrid", device="v100-nvlink2", device_json=None, loss=None, persistent_bytes=None, min_bytes=65536, profile=None, tflms=None, select=None))]
 #[allow(clippy::too_many_arguments)]
 fn plan(
     py: Python<'_>,
@@ -204,6 +205,7 @@ fn plan(
     min_bytes: u64,
     profile: Option<Vec<(u32, f64)>>,
     tflms: Option<(u32, u32, u32)>,
+    select: Option<[Vec<String>; 4]>,
 ) -> PyResult<CorePlan> {
     let build = BuildOptions {
         loss,
@@ -228,6 +230,16 @@ fn plan(
             budget,
             min_bytes,
             tflms,
+            selection: select
+                .map(|[include_scopes, exclude_scopes, include_types, exclude_types]| {
+                    Selection {
+                        include_scopes,
+                        exclude_scopes,
+                        include_types,
+                        exclude_types,
+                    }
+                })
+                .unwrap_or_default(),
             ..PlanOptions::default()
         };
         let (_, o) = core::api::plan_bytes(data, &build, &dev, &opts, &profile)?;

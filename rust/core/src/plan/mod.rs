@@ -77,6 +77,7 @@ pub mod memtree;
 pub mod options;
 pub mod partition;
 pub mod planner;
+pub mod select;
 pub mod stab;
 pub mod tflms;
 pub mod trigger;

@@ -34,6 +34,7 @@ use super::greedy::{choose, Chosen, Pool};
 use super::links::place_swap_ins;
 use super::options::{recompute_options as unit_options, swap_option, Ctx, RecomputeOpt, SwapOpt};
 use super::partition::partition;
+use super::select::Selection;
 use super::tflms::{tflms_plan, TflmsParams};
 use super::{Plan, Recompute, Swap, SwapIn};
 use crate::error::{PlanError, Result};
@@ -102,6 +103,8 @@ pub struct PlanOptions {
     /// Graphs with more nodes than this skip the TFLMS grid (each point is
     /// one simulation).
     pub grid_max_nodes: usize,
+    /// Which ops the planners may touch (`select.rs`); empty: all.
+    pub selection: Selection,
 }
 
 impl Default for PlanOptions {
@@ -116,6 +119,7 @@ impl Default for PlanOptions {
             max_evals: 32,
             tflms: None,
             grid_max_nodes: 200_000,
+            selection: Selection::default(),
         }
     }
 }
@@ -150,19 +154,29 @@ pub struct Planner<'a> {
     evals: std::cell::Cell<u32>,
     tflms_memo: std::cell::OnceCell<Option<Planned>>,
     best_fail: std::cell::Cell<(u64, &'static str)>,
+    /// Per node: may it be touched (`None`: all may).
+    selected: Option<Vec<bool>>,
 }
 
 impl<'a> Planner<'a> {
-    /// Builds every option once.
+    /// Builds every option once (only those the selection allows).
+    ///
+    /// # Errors
+    /// [`PlanError::InvalidArgument`] for a bad selection (`select.rs`).
     pub fn new(
         ctx: &'a Ctx<'a>,
         opts: &'a PlanOptions,
         judge: &'a dyn Fn(&Plan) -> Result<Verdict>,
-    ) -> Self {
+    ) -> Result<Self> {
+        let selected = opts.selection.mask(ctx.g)?;
         let cands = swap_candidates(ctx.g, ctx.s, ctx.l, opts.min_gap, opts.min_bytes);
         let mut swaps = Vec::new();
         let mut swap_tensor = Vec::new();
         for (i, c) in cands.iter().enumerate() {
+            let producer = ctx.g.tensors[c.owner as usize].node as usize;
+            if selected.as_ref().is_some_and(|m| !m[producer]) {
+                continue;
+            }
             let grouped = swap_option(ctx, i, c, false);
             let split = (c.late.len() > 1)
                 .then(|| swap_option(ctx, i, c, true))
@@ -173,8 +187,11 @@ impl<'a> Planner<'a> {
                 swaps.push(o);
             }
         }
-        let recs = recompute_options(ctx, &cands);
-        Planner {
+        let mut recs = recompute_options(ctx, &cands);
+        if let Some(m) = &selected {
+            recs.retain(|r| r.clones.iter().all(|&v| m[v as usize]));
+        }
+        Ok(Planner {
             ctx,
             opts,
             judge,
@@ -185,7 +202,8 @@ impl<'a> Planner<'a> {
             evals: 0.into(),
             tflms_memo: std::cell::OnceCell::new(),
             best_fail: (u64::MAX, "").into(),
-        }
+            selected,
+        })
     }
 
     fn judge(&self, plan: &Plan) -> Result<Verdict> {
@@ -329,7 +347,12 @@ impl<'a> Planner<'a> {
     }
 
     fn tflms(&self, p: &TflmsParams) -> Option<Planned> {
-        let plan = tflms_plan(self.ctx.g, self.ctx.s, self.ctx.l, p);
+        let mut plan = tflms_plan(self.ctx.g, self.ctx.s, self.ctx.l, p);
+        if let Some(m) = &self.selected {
+            let g = self.ctx.g;
+            plan.swaps
+                .retain(|s| m[g.tensors[s.tensor as usize].node as usize]);
+        }
         let v = self.judge(&plan).ok()?;
         if v.peak_bytes > self.opts.budget {
             self.note_fail(v.peak_bytes, "swap");
