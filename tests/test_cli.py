@@ -145,3 +145,44 @@ def test_console_script_help_and_exit_codes():
         assert r.returncode == 0 and "usage" in r.stdout
     r = subprocess.run([*exe, "frobnicate"], capture_output=True, text=True, timeout=60)
     assert r.returncode == 2
+
+
+def test_model_list_matches_the_registry():
+    from hybridplan import cli, models
+
+    assert set(cli._MODELS) == set(models.WORKLOADS)
+
+
+def test_plan_with_selection_flags(synth, tmp_path, capsys):
+    path, _, half = synth
+    js = tmp_path / "plan.json"
+    args = ["plan", str(path), "--budget", str(half), "--exclude-type", "Conv2D", "--json", str(js)]
+    assert main(args) == 0
+    plan = hybridplan.Plan.load(js)
+    gd = graph_pb2.GraphDef.FromString(path.read_bytes())
+    convs = {i for i, n in enumerate(gd.node) if n.op == "Conv2D"}
+    assert plan.swaps or plan.recomputes
+    assert not convs & {s["node"] for s in plan.swaps}
+    assert not convs & {v for r in plan.recomputes for v in r["nodes"]}
+    capsys.readouterr()
+    bad = ["plan", str(path), "--budget", str(half), "--include-scope", "no/such/scope"]
+    assert main(bad) == EXIT_BAD_INPUT
+    assert "matches no node" in capsys.readouterr().err
+
+
+def test_trace_takes_size_as_sequence_length(tmp_path):
+    out = tmp_path / "t.pb"
+    code = main(["trace", "transformer", "--size", "16", "--batch", "1", "-o", str(out)])
+    assert code == 0
+    gd = graph_pb2.GraphDef.FromString(out.read_bytes())
+    assert any(n.op == "BatchMatMulV2" or n.op == "Einsum" for n in gd.node)
+
+
+def test_trial_runs_both_steps_and_draws_the_measured_curve(tmp_path, capsys):
+    rep = tmp_path / "rep"
+    code = main(["trial", "small_resnet", "--fraction", "0.6", "--report", str(rep)])
+    text = capsys.readouterr().out
+    assert "equal bit for bit" in text, text
+    assert code in (0, 6)  # 6: the measured peak exceeded the budget (printed)
+    assert (rep / "memory.png").stat().st_size > 10_000
+    assert "measured" in (rep / "report.html").read_text()

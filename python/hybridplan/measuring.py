@@ -54,6 +54,8 @@ class Measurement:
             allocation events in the traced step with the largest device peak.
         timeline_bytes: bytes in use on the device after each of those events.
         losses: the loss of every step run (warm-up, traced, timed), as numpy arrays.
+        weights: every captured variable's value after the last step, in the
+            order of ``traced.captures``.
     """
 
     device: str
@@ -63,6 +65,7 @@ class Measurement:
     timeline_us: np.ndarray
     timeline_bytes: np.ndarray
     losses: list[np.ndarray] = field(default_factory=list)
+    weights: list[np.ndarray] = field(default_factory=list)
 
     @property
     def device_peak(self) -> int:
@@ -160,8 +163,8 @@ def measure(
     if steps < 1:
         raise InvalidArgumentError(f"steps must be >= 1, got {steps}")
     batch_at = _batch_source(batches)
-    graph, feeds, fetches, init = _session_graph(traced, graph_def)
-    config = tf.compat.v1.ConfigProto(device_count={"CPU": num_cpus}, allow_soft_placement=True)
+    graph, feeds, fetches, init, variables = _session_graph(traced, graph_def)
+    config = session_config(num_cpus)
 
     losses: list[np.ndarray] = []
     with tf.compat.v1.Session(graph=graph, config=config) as sess:
@@ -175,6 +178,7 @@ def measure(
             t0 = time.perf_counter()
             run(s, None)
             times.append(time.perf_counter() - t0)
+        weights = [np.asarray(w) for w in sess.run(variables)]
     return Measurement(
         device=device,
         peak_bytes={k: max(v) for k, v in peaks.items()},
@@ -183,7 +187,31 @@ def measure(
         timeline_us=timeline[0],
         timeline_bytes=timeline[1],
         losses=losses,
+        weights=weights,
     )
+
+
+def session_config(num_cpus: int) -> Any:
+    """A Session config with ``num_cpus`` logical CPUs and Grappler set as the
+    process's ``tf.config.optimizer`` options say (Sessions do not read them
+    by themselves), so a measured step is optimised like an eager one."""
+    import tensorflow as tf
+    from tensorflow.core.protobuf import rewriter_config_pb2
+
+    config = tf.compat.v1.ConfigProto(device_count={"CPU": num_cpus}, allow_soft_placement=True)
+    rw = config.graph_options.rewrite_options
+    toggle = rewriter_config_pb2.RewriterConfig.Toggle
+    for key, value in tf.config.optimizer.get_experimental_options().items():
+        field = rw.DESCRIPTOR.fields_by_name.get(key)
+        if field is None:
+            continue
+        if field.enum_type is not None and field.enum_type.name == "Toggle":
+            setattr(rw, key, toggle.Value("ON" if value else "OFF"))
+        elif field.type == field.TYPE_BOOL:
+            setattr(rw, key, bool(value))
+        elif field.type in (field.TYPE_INT32, field.TYPE_INT64):
+            setattr(rw, key, int(value))
+    return config
 
 
 def _traced_steps(
@@ -245,11 +273,11 @@ def _runner(
     return run
 
 
-def _session_graph(traced: Any, graph_def: Any) -> tuple[Any, list[Any], list[Any], Any]:
+def _session_graph(traced: Any, graph_def: Any) -> tuple[Any, list[Any], list[Any], Any, list[Any]]:
     """A new ``tf.Graph`` holding ``graph_def`` with each capture replaced by a copy.
 
     Returns the graph, the argument tensors to feed, the output tensors to fetch, and
-    the initializer op of the copied variables.
+    the initializer op and the list of the copied variables.
     """
     import tensorflow as tf
 
@@ -286,4 +314,4 @@ def _session_graph(traced: Any, graph_def: Any) -> tuple[Any, list[Any], list[An
         except (ValueError, TypeError, tf.errors.OpError) as exc:
             raise InvalidGraphError(f"TensorFlow rejected the GraphDef on import: {exc}") from exc
         init = tf.compat.v1.variables_initializer(variables)
-    return graph, feeds, list(fetches), init
+    return graph, feeds, list(fetches), init, variables

@@ -26,6 +26,7 @@ Example::
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeAlias
@@ -527,6 +528,8 @@ WORKLOADS: dict[str, Callable[..., Workload]] = {
 def build(name: str, **kwargs: Any) -> Workload:
     """Build the workload registered as ``name`` with the builder's keyword arguments.
 
+    ``size`` means the sequence length (``seq``) for a sequence model.
+
     Raises:
         InvalidArgumentError: unknown name (the message lists the known ones) or a bad
             argument.
@@ -537,6 +540,9 @@ def build(name: str, **kwargs: Any) -> Workload:
     """
     if name not in WORKLOADS:
         raise InvalidArgumentError(f"unknown workload {name!r}; known: {sorted(WORKLOADS)}")
+    params = inspect.signature(WORKLOADS[name]).parameters
+    if "size" in kwargs and "size" not in params and "seq" in params:
+        kwargs["seq"] = kwargs.pop("size")  # a sequence model's "size" is its length
     try:
         return WORKLOADS[name](**kwargs)
     except TypeError as exc:

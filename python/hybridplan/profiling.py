@@ -68,7 +68,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .errors import InvalidArgumentError
-from .measuring import Batches, _batch_source, _runner, _session_graph
+from .measuring import Batches, _batch_source, _runner, _session_graph, session_config
 
 __all__ = ["Profile", "profile"]
 
@@ -203,8 +203,8 @@ def profile(
         raise InvalidArgumentError(f"warmup must be >= 0, got {warmup}")
     batch_at = _batch_source(batches)
     source = traced.graph_def if graph_def is None else graph_def
-    graph, feeds, fetches, init = _session_graph(traced, source)
-    config = tf.compat.v1.ConfigProto(device_count={"CPU": num_cpus}, allow_soft_placement=True)
+    graph, feeds, fetches, init, _ = _session_graph(traced, source)
+    config = session_config(num_cpus)
     options = tf.compat.v1.RunOptions(trace_level=tf.compat.v1.RunOptions.FULL_TRACE)
 
     stats = []

@@ -5,7 +5,7 @@ from __future__ import annotations
 import base64
 import html
 import io
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -94,14 +94,20 @@ def memory_figure(plan: Plan, measured: tuple[np.ndarray, np.ndarray] | None = N
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(9, 4.2))
+    top = max(plan.budget, plan.original.peak_bytes)
+    unit, scale = next(
+        (u, s)
+        for u, s in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10), ("B", 1))
+        if top >= 2 * s or s == 1
+    )
     for which, style in (("original", "--"), ("planned", "-")):
         t, b = plan.timeline(which)
-        ax.step(t * 1e3, b / 2**30, style, where="post", label=f"{which} (predicted)")
+        ax.step(t * 1e3, b / scale, style, where="post", label=f"{which} (predicted)")
     if measured is not None:
-        ax.plot(measured[0] * 1e3, measured[1] / 2**30, ":", label="measured")
-    ax.axhline(plan.budget / 2**30, color="red", lw=1, label="budget")
+        ax.plot(measured[0] * 1e3, measured[1] / scale, ":", label="measured")
+    ax.axhline(plan.budget / scale, color="red", lw=1, label="budget")
     ax.set_xlabel("time in the step (ms)")
-    ax.set_ylabel("device memory (GiB)")
+    ax.set_ylabel(f"device memory ({unit})")
     ax.set_title(
         f"device memory, {plan.report.get('strategy_requested', plan.strategy)} plan "
         f"on {plan.report['device']}"
@@ -152,8 +158,14 @@ def _png(fig) -> bytes:
     return buf.getvalue()
 
 
-def html_report(plans: Mapping[str, Plan | None], main: str, pngs: Mapping[str, bytes]) -> str:
-    """One self-contained page: the table, the pictures, the decisions of ``main``."""
+def html_report(
+    plans: Mapping[str, Plan | None],
+    main: str,
+    pngs: Mapping[str, bytes],
+    notes: Sequence[str] = (),
+) -> str:
+    """One self-contained page: the table, ``notes`` (e.g. measured figures),
+    the pictures, the decisions of ``main``."""
     p = plans[main]
     imgs = "".join(
         f'<h2>{html.escape(name)}</h2><img alt="{html.escape(name)}" '
@@ -178,29 +190,40 @@ def html_report(plans: Mapping[str, Plan | None], main: str, pngs: Mapping[str, 
         "<!doctype html><meta charset='utf-8'><title>hybridplan report</title>"
         "<style>body{font-family:sans-serif;max-width:1000px;margin:auto}"
         "td{border-bottom:1px solid #ddd;padding:2px 6px;font-size:13px}</style>"
-        f"<h1>hybridplan report</h1><pre>{table}</pre>{imgs}"
+        f"<h1>hybridplan report</h1><pre>{table}</pre>"
+        + (f"<pre>{html.escape(chr(10).join(notes))}</pre>" if notes else "")
+        + f"{imgs}"
         f"<h2>decisions of the {html.escape(main)} plan</h2>"
         f"<table><tr><th>kind</th><th>what</th><th>bytes</th><th>why</th></tr>{''.join(rows)}</table>"
     )
 
 
 def write_report(
-    plans: Mapping[str, Plan | None], main: str, out_dir: str | Path
+    plans: Mapping[str, Plan | None],
+    main: str,
+    out_dir: str | Path,
+    measured: tuple[np.ndarray, np.ndarray] | None = None,
+    notes: Sequence[str] = (),
 ) -> dict[str, Path]:
-    """Writes memory.png, streams.png, report.html and plan.json into ``out_dir``."""
+    """Writes memory.png, streams.png, report.html and plan.json into ``out_dir``.
+
+    ``measured`` is a measured ``(seconds, device bytes)`` curve of the planned
+    step, drawn on the memory picture next to the predicted ones; ``notes``
+    are lines of text placed under the table.
+    """
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     p = plans[main]
     files: dict[str, Path] = {}
     pngs: dict[str, bytes] = {}
     if p is not None and p._timelines is not None:
-        pngs["device memory"] = _png(memory_figure(p))
+        pngs["device memory"] = _png(memory_figure(p, measured))
         pngs["streams"] = _png(streams_figure(p))
         for name, fname in (("device memory", "memory.png"), ("streams", "streams.png")):
             atomic_write(out / fname, pngs[name])
             files[fname] = out / fname
         p.save(out / "plan.json")
         files["plan.json"] = out / "plan.json"
-    atomic_write(out / "report.html", html_report(plans, main, pngs).encode())
+    atomic_write(out / "report.html", html_report(plans, main, pngs, notes).encode())
     files["report.html"] = out / "report.html"
     return files

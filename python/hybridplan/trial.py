@@ -1,0 +1,132 @@
+"""``hybridplan.trial``: plan a real step, run it next to the original on CPU
+emulation, and say whether it computed the same thing in less memory.
+
+Both steps run in TensorFlow Sessions with two logical CPU devices
+(``/device:CPU:0`` stands for the accelerator, ``/device:CPU:1`` for the
+host; see :func:`hybridplan.measure`), on copies of the model's variables.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from .errors import InvalidArgumentError
+
+__all__ = ["Trial", "trial"]
+
+#: Default budget: persistent bytes plus this fraction of the original's
+#: activation peak.
+DEFAULT_FRACTION = 0.7
+
+
+@dataclass
+class Trial:
+    """What :func:`trial` ran and saw.
+
+    Attributes:
+        plan: the plan that was applied (``plan.budget`` includes persistent bytes).
+        inserted: swap-out, swap-in and clone nodes written into the graph.
+        activation_budget: the budget less the persistent bytes: what the device's
+            activations may use (variables are not counted by the measurement).
+        predicted_peak: the plan's predicted activation peak (persistent bytes excluded).
+        original, planned: the two :class:`~hybridplan.measuring.Measurement` s.
+        same_losses: every step's loss equal bit for bit.
+        same_weights: every variable equal bit for bit after the steps.
+    """
+
+    plan: Any
+    inserted: dict
+    activation_budget: int
+    predicted_peak: int
+    original: Any
+    planned: Any
+    same_losses: bool
+    same_weights: bool
+
+    @property
+    def within_budget(self) -> bool:
+        """The measured device peak is within the activation budget."""
+        return self.planned.device_peak <= self.activation_budget
+
+    @property
+    def peak_ratio(self) -> float:
+        """Measured device peak, planned over original."""
+        return self.planned.device_peak / max(1, self.original.device_peak)
+
+    @property
+    def ok(self) -> bool:
+        return self.same_losses and self.same_weights and self.within_budget
+
+
+def trial(
+    workload: Any,
+    budget: Any = None,
+    *,
+    fraction: float | None = None,
+    strategy: str = "hybrid",
+    steps: int = 3,
+    min_bytes: int = 1 << 12,
+    **plan_options: Any,
+) -> Trial:
+    """Traces ``workload`` (a :class:`hybridplan.models.Workload`), plans it for
+    the ``cpu`` device model under ``budget`` (bytes or a string, persistent
+    bytes included) or, when ``budget`` is None, under the persistent bytes
+    plus ``fraction`` (default 0.7) of the original's activation peak; rewrites
+    it for CPU emulation and runs both steps ``steps`` times on the same batches
+    (with Grappler's arithmetic optimizer off, see docs/how-it-works.md).
+
+    Raises:
+        BudgetError: no plan fits; InvalidArgumentError: bad arguments.
+    """
+    from .analysis import analyze
+    from .applying import apply
+    from .measuring import measure
+
+    if budget is not None and fraction is not None:
+        raise InvalidArgumentError("give a budget or a fraction, not both")
+    traced = workload.trace()
+    a = analyze(traced)
+    if budget is None:
+        f = DEFAULT_FRACTION if fraction is None else fraction
+        if not 0 < f <= 1:
+            raise InvalidArgumentError(f"fraction must be in (0, 1], got {f}")
+        budget = a.persistent_bytes + int(a.activation_peak_bytes * f)
+    r = apply(
+        traced,
+        budget,
+        strategy=strategy,
+        device="cpu",
+        target="cpu-emulation",
+        min_bytes=min_bytes,
+        **plan_options,
+    )
+    import tensorflow as tf
+
+    # Bit-identity holds with Grappler's arithmetic optimizer off on both
+    # sides (docs/how-it-works.md, "Numerics"); restored afterwards.
+    saved = tf.config.optimizer.get_experimental_options()
+    tf.config.optimizer.set_experimental_options({"arithmetic_optimization": False})
+    try:
+        base = measure(traced, None, workload.batch, steps=steps)
+        new = measure(traced, r.graph_def, workload.batch, steps=steps)
+    finally:
+        tf.config.optimizer.set_experimental_options(
+            {"arithmetic_optimization": saved.get("arithmetic_optimization", True)}
+        )
+    return Trial(
+        plan=r.plan,
+        inserted=r.report["inserted"],
+        activation_budget=r.plan.budget - a.persistent_bytes,
+        predicted_peak=r.plan.planned.peak_bytes - a.persistent_bytes,
+        original=base,
+        planned=new,
+        same_losses=_equal(base.losses, new.losses),
+        same_weights=_equal(base.weights, new.weights),
+    )
+
+
+def _equal(xs: list, ys: list) -> bool:
+    return len(xs) == len(ys) and all(np.array_equal(x, y) for x, y in zip(xs, ys, strict=True))
