@@ -18,6 +18,7 @@
 //! | simulate | [`simulate`] | compute + D2H + H2D streams: step time, stall, peak, timeline |
 //! | plan | [`plan`] | candidates, units, options, the greedy, TFLMS, the strategies ([`plan::planner`]) |
 //! | all of it | [`api`] | bytes -> analysis -> plan -> simulated report, in one call |
+//! | export | [`export`] | the problem as plain data for exact solvers; an outside plan judged |
 //!
 //! ```
 //! use hybridplan_core::{analyze, build::BuildOptions, synth};
@@ -33,6 +34,7 @@ pub mod device;
 pub(crate) mod direct;
 pub mod dtype;
 pub mod error;
+pub mod export;
 pub(crate) mod flatdecode;
 pub mod graph;
 pub mod graphdef;

@@ -10,8 +10,8 @@ use hybridplan_core as core;
 use hybridplan_core::build::BuildOptions;
 use hybridplan_core::graph::Phase;
 use hybridplan_core::plan::planner::PlanOptions;
-use hybridplan_core::plan::tflms::TflmsParams;
 use hybridplan_core::plan::select::Selection;
+use hybridplan_core::plan::tflms::TflmsParams;
 use hybridplan_core::simulate::{EventKind, SimEvent};
 use numpy::{IntoPyArray, PyArray1};
 use pyo3::prelude::*;
@@ -231,14 +231,14 @@ fn plan(
             min_bytes,
             tflms,
             selection: select
-                .map(|[include_scopes, exclude_scopes, include_types, exclude_types]| {
-                    Selection {
+                .map(
+                    |[include_scopes, exclude_scopes, include_types, exclude_types]| Selection {
                         include_scopes,
                         exclude_scopes,
                         include_types,
                         exclude_types,
-                    }
-                })
+                    },
+                )
                 .unwrap_or_default(),
             ..PlanOptions::default()
         };
@@ -314,6 +314,85 @@ fn synthetic_graphdef<'py>(
     Ok(pyo3::types::PyBytes::new(py, &bytes))
 }
 
+fn device_of(device: &str, device_json: Option<&str>) -> core::Result<core::device::DeviceModel> {
+    match device_json {
+        Some(j) => core::device::from_json(j),
+        None => core::device::preset(device),
+    }
+}
+
+fn json_error(e: serde_json::Error) -> core::PlanError {
+    core::PlanError::InvalidArgument(format!("cannot serialise to JSON: {e}"))
+}
+
+/// The planning problem of a serialized GraphDef as JSON (`core::export::problem`).
+#[pyfunction]
+#[pyo3(signature = (data, device="v100-nvlink2", device_json=None, loss=None, persistent_bytes=None, min_bytes=65536, profile=None))]
+#[allow(clippy::too_many_arguments)]
+fn export_problem(
+    py: Python<'_>,
+    data: &[u8],
+    device: &str,
+    device_json: Option<String>,
+    loss: Option<String>,
+    persistent_bytes: Option<u64>,
+    min_bytes: u64,
+    profile: Option<Vec<(u32, f64)>>,
+) -> PyResult<String> {
+    let build = BuildOptions {
+        loss,
+        persistent_bytes,
+    };
+    let device = device.to_string();
+    let profile = profile.unwrap_or_default();
+    run(py, move || {
+        let dev = device_of(&device, device_json.as_deref())?;
+        let a = core::analyze(data, &build)?;
+        serde_json::to_string(&core::export::problem(&a, &dev, min_bytes, &profile)?)
+            .map_err(json_error)
+    })
+}
+
+/// Simulates a plan given as JSON (the core's plan format) and reports it
+/// as a plan of `strategy` under `budget` (`core::export::evaluate`).
+#[pyfunction]
+#[pyo3(signature = (data, plan_json, budget, strategy, device="v100-nvlink2", device_json=None, loss=None, persistent_bytes=None, profile=None))]
+#[allow(clippy::too_many_arguments)]
+fn simulate_plan(
+    py: Python<'_>,
+    data: &[u8],
+    plan_json: &str,
+    budget: u64,
+    strategy: &str,
+    device: &str,
+    device_json: Option<String>,
+    loss: Option<String>,
+    persistent_bytes: Option<u64>,
+    profile: Option<Vec<(u32, f64)>>,
+) -> PyResult<CorePlan> {
+    let build = BuildOptions {
+        loss,
+        persistent_bytes,
+    };
+    let (device, strategy) = (device.to_string(), strategy.to_string());
+    let plan_json = plan_json.to_string();
+    let profile = profile.unwrap_or_default();
+    run(py, move || {
+        let dev = device_of(&device, device_json.as_deref())?;
+        let a = core::analyze(data, &build)?;
+        let plan = core::export::plan_from_json(&plan_json)?;
+        let e = core::export::evaluate(&a, &dev, &plan, &profile, budget, &strategy)?;
+        Ok(CorePlan {
+            report_json: serde_json::to_string(&e.report).map_err(json_error)?,
+            timelines: [
+                split_timeline(&e.original.timeline),
+                split_timeline(&e.planned.timeline),
+            ],
+            events: split_events(&e.planned.events),
+        })
+    })
+}
+
 #[pymodule]
 fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<CoreAnalysis>()?;
@@ -323,6 +402,8 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(device_preset, m)?)?;
     m.add_function(wrap_pyfunction!(device_presets, m)?)?;
     m.add_function(wrap_pyfunction!(synthetic_graphdef, m)?)?;
+    m.add_function(wrap_pyfunction!(export_problem, m)?)?;
+    m.add_function(wrap_pyfunction!(simulate_plan, m)?)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())
 }

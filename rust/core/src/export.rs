@@ -1,0 +1,364 @@
+//! The planning problem as plain data, for exact solvers outside the core
+//! (`hybridplan.optimal`), and the judgement of a plan written elsewhere.
+//!
+//! [`problem`] exports what a mixed-integer formulation over the fixed
+//! schedule needs: the ops in schedule order with their times, every tensor
+//! with its device bytes, owner, live interval and readers, the swap
+//! candidates of the planners' rule ([`crate::plan::candidates`]), which ops
+//! may be cloned, and the link figures the simulator uses. [`evaluate`]
+//! simulates a plan in the ordinary plan format and returns the same
+//! [`PlanReport`] a planned step gets, so an outside plan is judged exactly
+//! as the built-in strategies are.
+//!
+//! # Complexity
+//! [`problem`]: O(N + T + E log E) (the candidates' sort). [`evaluate`]: two
+//! simulations, O(simulate).
+
+use serde::{Deserialize, Serialize};
+
+use crate::api::{op_times, Figures, PlanReport, RecomputeDecision, SwapDecision};
+use crate::device::DeviceModel;
+use crate::error::{PlanError, Result};
+use crate::graph::{Graph, NodeFlags, Phase, NONE};
+use crate::plan::candidates::swap_candidates;
+use crate::plan::Plan;
+use crate::simulate::{simulate, SimResult};
+use crate::Analysis;
+
+/// One op of the exported problem.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ProblemNode {
+    pub name: String,
+    pub op: String,
+    /// `forward`, `backward`, `update` or `other`.
+    pub phase: String,
+    /// Seconds (cost model or profile).
+    pub time_s: f64,
+    /// A forward op the planners may clone (not stateful, random, a
+    /// variable read, control flow or a source).
+    pub recomputable: bool,
+    /// No inputs at all: TensorFlow runs it at the start of the step.
+    pub source: bool,
+    /// Data inputs (tensor ids, in slot order; repeats kept).
+    pub inputs: Vec<u32>,
+    /// Output tensor ids.
+    pub outputs: Vec<u32>,
+}
+
+/// One tensor of the exported problem.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ProblemTensor {
+    pub node: u32,
+    /// Bytes on the device timeline (0 for aliases and handles).
+    pub bytes: u64,
+    /// The tensor owning its buffer (itself unless an alias).
+    pub owner: u32,
+    /// Schedule position of the producer.
+    pub produce: u32,
+    /// Last schedule position that reads the buffer (aliases included).
+    pub last_use: u32,
+    /// Data consumers (node ids, sorted, repeats kept).
+    pub consumers: Vec<u32>,
+}
+
+/// A buffer idle between reads (see [`crate::plan::candidates`]); only
+/// candidates that are their own buffer's owner are exported.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ProblemCandidate {
+    pub tensor: u32,
+    /// Last position reading the original (the producer's if none).
+    pub last_early: u32,
+    /// `(position, node)` of the late readers, ascending.
+    pub late: Vec<(u32, u32)>,
+}
+
+/// The host link as the simulator models it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ProblemLink {
+    pub d2h_bytes_per_s: f64,
+    pub h2d_bytes_per_s: f64,
+    pub latency_s: f64,
+    pub duplex_factor: f64,
+}
+
+/// The whole problem: a graph on its fixed schedule.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Problem {
+    pub persistent_bytes: u64,
+    /// Peak of the step without a plan.
+    pub peak_bytes: u64,
+    /// Node id at each schedule position.
+    pub order: Vec<u32>,
+    pub nodes: Vec<ProblemNode>,
+    pub tensors: Vec<ProblemTensor>,
+    pub candidates: Vec<ProblemCandidate>,
+    pub link: ProblemLink,
+}
+
+/// Exports the planning problem of an analysed graph.
+///
+/// `min_bytes` is the planners' threshold: smaller buffers are no candidates.
+///
+/// # Errors
+/// [`PlanError::InvalidArgument`] for an invalid device or profile.
+///
+/// # Complexity
+/// O(N + T + E log E).
+pub fn problem(
+    a: &Analysis,
+    dev: &DeviceModel,
+    min_bytes: u64,
+    profile: &[(u32, f64)],
+) -> Result<Problem> {
+    dev.validate()?;
+    let g = &a.graph;
+    let (times, _) = op_times(g, dev, profile)?;
+    let nodes = (0..g.num_nodes() as u32)
+        .map(|v| node_of(g, v, times[v as usize]))
+        .collect();
+    let l = &a.liveness;
+    let tensors = (0..g.num_tensors())
+        .map(|t| ProblemTensor {
+            node: g.tensors[t].node,
+            bytes: g.tensors[t].bytes,
+            owner: l.owner[t],
+            produce: l.produce[t],
+            last_use: l.last_use[l.owner[t] as usize],
+            consumers: g.consumers(t as u32).to_vec(),
+        })
+        .collect();
+    let candidates = swap_candidates(g, &a.schedule, l, 2, min_bytes)
+        .into_iter()
+        .filter(|c| c.tensor == c.owner)
+        .map(|c| ProblemCandidate {
+            tensor: c.tensor,
+            last_early: c.last_early,
+            late: c.late,
+        })
+        .collect();
+    Ok(Problem {
+        persistent_bytes: g.persistent_bytes,
+        peak_bytes: l.peak_bytes,
+        order: a.schedule.order.clone(),
+        nodes,
+        tensors,
+        candidates,
+        link: ProblemLink {
+            d2h_bytes_per_s: dev.d2h_bandwidth,
+            h2d_bytes_per_s: dev.h2d_bandwidth,
+            latency_s: dev.link_latency_s,
+            duplex_factor: dev.duplex_factor,
+        },
+    })
+}
+
+fn node_of(g: &Graph, v: u32, time_s: f64) -> ProblemNode {
+    let n = &g.nodes[v as usize];
+    let source = n.flags.has(NodeFlags::SOURCE);
+    ProblemNode {
+        name: n.name.to_string(),
+        op: g.op_name(v).to_string(),
+        phase: g.phase[v as usize].name().to_string(),
+        time_s,
+        recomputable: g.phase[v as usize] == Phase::Forward
+            && !n.flags.has(NodeFlags::NO_RECOMPUTE)
+            && !n.flags.has(NodeFlags::CALLS_FUNCTION)
+            && !source,
+        source,
+        inputs: g.inputs(v).to_vec(),
+        outputs: g.outputs(v).collect(),
+    }
+}
+
+/// A plan judged by the simulator, with the report and both simulations.
+pub struct Evaluated {
+    pub report: PlanReport,
+    pub original: SimResult,
+    pub planned: SimResult,
+}
+
+/// Simulates `plan` (written by any planner) and reports it as a plan of
+/// strategy `strategy` under `budget`. The report's peak may exceed the
+/// budget: the caller decides what that means.
+///
+/// # Errors
+/// [`PlanError::InvalidArgument`] for an invalid device, profile or plan
+/// (see [`crate::simulate::simulate`]).
+///
+/// # Complexity
+/// Two simulations.
+pub fn evaluate(
+    a: &Analysis,
+    dev: &DeviceModel,
+    plan: &Plan,
+    profile: &[(u32, f64)],
+    budget: u64,
+    strategy: &str,
+) -> Result<Evaluated> {
+    dev.validate()?;
+    let g = &a.graph;
+    let (times, unknown_ops) = op_times(g, dev, profile)?;
+    let original = simulate(g, &a.schedule, &times, dev, &Plan::default())?;
+    let planned = simulate(g, &a.schedule, &times, dev, plan)?;
+    let report = PlanReport {
+        strategy_requested: strategy.into(),
+        strategy: strategy.into(),
+        device: dev.name.clone(),
+        budget,
+        persistent_bytes: g.persistent_bytes,
+        num_nodes: g.num_nodes(),
+        loss: (g.loss != NONE).then(|| g.tensor_name(g.loss)),
+        original: figures(&original, &Plan::default()),
+        planned: figures(&planned, plan),
+        swaps: swaps(g, plan),
+        recomputes: recomputes(g, plan, &times),
+        unknown_ops,
+        evaluations: 2,
+        swap_options: 0,
+        recompute_options: 0,
+    };
+    Ok(Evaluated {
+        report,
+        original,
+        planned,
+    })
+}
+
+/// Parses a plan from its JSON form (the serde form of [`Plan`]).
+///
+/// # Errors
+/// [`PlanError::InvalidArgument`] naming what did not parse.
+pub fn plan_from_json(text: &str) -> Result<Plan> {
+    serde_json::from_str(text)
+        .map_err(|e| PlanError::InvalidArgument(format!("the plan is not valid plan JSON: {e}")))
+}
+
+fn figures(sim: &SimResult, plan: &Plan) -> Figures {
+    Figures {
+        peak_bytes: sim.peak_bytes,
+        step_time_s: sim.step_time_s,
+        compute_time_s: sim.compute_time_s,
+        recompute_time_s: sim.recompute_time_s,
+        stall_time_s: sim.stall_time_s,
+        bytes_d2h: sim.bytes_d2h,
+        bytes_h2d: sim.bytes_h2d,
+        swaps: plan.swaps.len(),
+        swap_ins: plan.swaps.iter().map(|s| s.ins.len()).sum(),
+        clones: plan.recomputes.iter().map(|r| r.nodes.len()).sum(),
+    }
+}
+
+fn swaps(g: &Graph, plan: &Plan) -> Vec<SwapDecision> {
+    let name = |v: u32| g.nodes[v as usize].name.to_string();
+    plan.swaps
+        .iter()
+        .map(|s| {
+            let t = &g.tensors[s.tensor as usize];
+            SwapDecision {
+                tensor: g.tensor_name(s.tensor),
+                node: t.node,
+                output: t.index,
+                bytes: t.bytes,
+                after: s.after,
+                ins: (s.ins.iter())
+                    .map(|i| {
+                        let c = (i.consumers.clone(), i.clone_consumers.clone());
+                        (i.trigger, name(i.trigger), c.0, c.1)
+                    })
+                    .collect(),
+                release: (s.release != crate::graph::NONE).then(|| (s.release, name(s.release))),
+                reason: format!("{} bytes; chosen by the caller's plan", t.bytes),
+            }
+        })
+        .collect()
+}
+
+fn recomputes(g: &Graph, plan: &Plan, times: &[f64]) -> Vec<RecomputeDecision> {
+    let name = |v: u32| g.nodes[v as usize].name.to_string();
+    plan.recomputes
+        .iter()
+        .map(|r| RecomputeDecision {
+            nodes: r.nodes.clone(),
+            names: r.nodes.iter().map(|&v| name(v)).collect(),
+            trigger: r.trigger,
+            trigger_name: name(r.trigger),
+            consumers: r.consumers.clone(),
+            clone_consumers: r.clone_consumers.clone(),
+            reason: format!(
+                "{} op(s) re-run in {:.3e} s; chosen by the caller's plan",
+                r.nodes.len(),
+                r.nodes.iter().map(|&v| times[v as usize]).sum::<f64>()
+            ),
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::build::BuildOptions;
+    use crate::device::preset;
+    use crate::plan::{Swap, SwapIn};
+    use crate::synth::{residual_graphdef, SynthSpec};
+
+    fn analysis() -> Analysis {
+        let spec = SynthSpec {
+            blocks: 1,
+            ..SynthSpec::default()
+        };
+        crate::analyze(&residual_graphdef(&spec), &BuildOptions::default()).unwrap()
+    }
+
+    #[test]
+    fn problem_mirrors_the_analysis() {
+        let a = analysis();
+        let p = problem(&a, &preset("v100-nvlink2").unwrap(), 1 << 16, &[]).unwrap();
+        assert_eq!(p.order, a.schedule.order);
+        assert_eq!(p.peak_bytes, a.liveness.peak_bytes);
+        assert!(!p.candidates.is_empty());
+        for c in &p.candidates {
+            let t = &p.tensors[c.tensor as usize];
+            assert_eq!(t.owner, c.tensor);
+            assert!(t.produce <= c.last_early && c.last_early < c.late[0].0);
+            assert_eq!(c.late.last().unwrap().0, t.last_use);
+        }
+        let clonable = p.nodes.iter().filter(|n| n.recomputable).count();
+        assert!(
+            clonable > 0
+                && p.nodes
+                    .iter()
+                    .all(|n| !n.recomputable || n.phase == "forward")
+        );
+    }
+
+    #[test]
+    fn evaluate_judges_a_plan_like_the_simulator() {
+        let a = analysis();
+        let dev = preset("v100-nvlink2").unwrap();
+        let p = problem(&a, &dev, 1 << 16, &[]).unwrap();
+        let c = &p.candidates[0];
+        let consumers: Vec<u32> = c.late.iter().map(|&(_, n)| n).collect();
+        let plan = Plan {
+            swaps: vec![Swap {
+                release: crate::graph::NONE,
+                tensor: c.tensor,
+                after: p.tensors[c.tensor as usize].node,
+                ins: vec![SwapIn {
+                    trigger: p.order[c.late[0].0 as usize - 1],
+                    consumers,
+                    clone_consumers: vec![],
+                }],
+            }],
+            recomputes: vec![],
+        };
+        let json = serde_json::to_string(&plan).unwrap();
+        let e = evaluate(&a, &dev, &plan_from_json(&json).unwrap(), &[], 1, "x").unwrap();
+        assert_eq!(e.report.planned.swaps, 1);
+        assert_eq!(
+            e.report.planned.bytes_d2h,
+            p.tensors[c.tensor as usize].bytes
+        );
+        assert_eq!(e.report.original.peak_bytes, a.liveness.peak_bytes);
+        assert!(plan_from_json("{\"swaps\": 3}").is_err());
+    }
+}
