@@ -12,7 +12,9 @@ __all__ = [
     "analyze",
     "device_preset",
     "device_presets",
+    "export_problem",
     "plan",
+    "simulate_plan",
     "synthetic_graphdef",
 ]
 
@@ -72,3 +74,23 @@ def device_presets() -> list[str]: ...
 def synthetic_graphdef(
     nodes: int, kind: str = "mixed", batch: int = 8, size: int = 32, channels: int = 64
 ) -> bytes: ...
+def export_problem(
+    data: bytes,
+    device: str = "v100-nvlink2",
+    device_json: str | None = None,
+    loss: str | None = None,
+    persistent_bytes: int | None = None,
+    min_bytes: int = 65536,
+    profile: list[tuple[int, float]] | None = None,
+) -> str: ...
+def simulate_plan(
+    data: bytes,
+    plan_json: str,
+    budget: int,
+    strategy: str,
+    device: str = "v100-nvlink2",
+    device_json: str | None = None,
+    loss: str | None = None,
+    persistent_bytes: int | None = None,
+    profile: list[tuple[int, float]] | None = None,
+) -> CorePlan: ...

@@ -53,7 +53,7 @@ so graphs above ``MAX_NODES`` are refused and the solver stops at
 
 from __future__ import annotations
 
-import json
+import itertools
 import math
 from dataclasses import dataclass, field
 from typing import Any
@@ -123,7 +123,9 @@ def _safe(f: _Facts, j: int, readers: list[int]) -> bool:
     ins = {t for r in readers for t in nodes[r]["inputs"]}
     if ins.intersection(nodes[v]["inputs"]):
         return False
-    return not any(r in f.p["tensors"][o]["consumers"] for o in nodes[v]["outputs"] for r in readers)
+    return not any(
+        r in f.p["tensors"][o]["consumers"] for o in nodes[v]["outputs"] for r in readers
+    )
 
 
 def _clonable(f: _Facts, v: int) -> bool:
@@ -302,13 +304,13 @@ class _Model:
             top = max(d)
             pts = list(range(lo, top + 1))
             need = [d.get(q) if q in d else self._need(t, q) for q in pts]
-            for a, b in zip(need, need[1:], strict=False):
+            for a, b in itertools.pairwise(need):
                 _geq(lp, [(a, 1.0), (b, -1.0)], 0.0)  # needed later -> needed now
             pres = self.present.setdefault(t, {})
             for q, nq in zip(pts, need, strict=False):
                 pres[q] = lp.var(0, 1)
                 # present >= need + started - 1
-                _geq(lp, [(pres[q], 1.0), (nq, -1.0)] + _neg(self._started_at(t, q)), -1.0)
+                _geq(lp, [(pres[q], 1.0), (nq, -1.0), *_neg(self._started_at(t, q))], -1.0)
         for (w, s), x in v.rc.items():  # a clone's outputs exist in its slot
             for t in nodes[w]["outputs"]:
                 if t in f.early:
@@ -320,7 +322,7 @@ class _Model:
 
     # memory -------------------------------------------------------------------------------
     def _memory(self) -> None:
-        f, lp, v = self.f, self.lp, self.v
+        f, lp, _v = self.f, self.lp, self.v
         ts = f.p["tensors"]
         base = np.zeros(2 * f.n)
         base += f.p["persistent_bytes"]
@@ -369,20 +371,20 @@ class _Model:
         for k in range(f.n):
             a = v.start[k]
             if k > 0:
-                _geq(lp, [(a, 1.0)] + _neg(prev_end), const)
+                _geq(lp, [(a, 1.0), *_neg(prev_end)], const)
             for t in readers.get(k, []):
                 _geq(lp, [(a, 1.0), (e_in[t], -1.0)], 0.0)
             prev_end, const = [(v.start[k], 1.0)], f.cost[k]
             for w in sorted(by_slot.get(k, []), key=lambda u: f.pos[u]):
                 x = v.rc[w, k]
                 cs = lp.var(0, big)
-                _geq(lp, [(cs, 1.0)] + _neg(prev_end), const)
+                _geq(lp, [(cs, 1.0), *_neg(prev_end)], const)
                 for t in set(nodes[w]["inputs"]):
                     if t in f.cand and f.early[t] <= k:  # waits for a swap-in it reads
                         _geq(lp, [(cs, 1.0), (e_in[t], -1.0), (x, -big)], -big)
                 prev_end, const = [(cs, 1.0), (x, nodes[w]["time_s"] * _US)], 0.0
         v.end = lp.var(0, big)
-        _geq(lp, [(v.end, 1.0)] + _neg(prev_end), const)
+        _geq(lp, [(v.end, 1.0), *_neg(prev_end)], const)
         self._no_stall_starts(by_slot)
         self._link(s_in, e_in, swapped)
 
@@ -520,11 +522,18 @@ def _to_plan(f: _Facts, v: _Vars, x: np.ndarray) -> dict:
     order, nodes = f.p["order"], f.p["nodes"]
     sw = {t: j for (t, j), i in v.sw.items() if x[i] > 0.5}
     rc = {w: s for (w, s), i in v.rc.items() if x[i] > 0.5}
-    swaps = {t: {"tensor": t, "after": f.p["tensors"][t]["node"], "ins": [{
-        "trigger": order[j], "consumers": f.late_nodes[t], "clone_consumers": []}]}
-        for t, j in sorted(sw.items())}
-    recs = {w: {"nodes": [w], "trigger": order[s], "consumers": [], "clone_consumers": []}
-            for w, s in rc.items()}
+    swaps = {
+        t: {
+            "tensor": t,
+            "after": f.p["tensors"][t]["node"],
+            "ins": [{"trigger": order[j], "consumers": f.late_nodes[t], "clone_consumers": []}],
+        }
+        for t, j in sorted(sw.items())
+    }
+    recs = {
+        w: {"nodes": [w], "trigger": order[s], "consumers": [], "clone_consumers": []}
+        for w, s in rc.items()
+    }
     for w in rc:
         for t in nodes[w]["outputs"]:
             recs[w]["consumers"] += f.late_nodes.get(t, [])
@@ -571,6 +580,9 @@ def solve_problem(problem: dict, budget: int, time_limit: float) -> tuple[dict, 
             problem["persistent_bytes"],
             "optimal",
         )
+    if problem["peak_bytes"] <= budget:
+        fits = {"status": "fits", "objective_s": None, "mip_gap": 0.0, "solve_time_s": 0.0}
+        return {"swaps": [], "recomputes": []}, fits
     f = _facts(problem)
     m = _Model(f, budget)
     lp = m.build()

@@ -15,7 +15,7 @@ import numpy as np
 
 from . import _core
 from ._graphio import GraphLike, graph_bytes
-from .errors import InvalidArgumentError
+from .errors import BudgetError, InvalidArgumentError
 
 __all__ = [
     "STRATEGIES",
@@ -28,6 +28,9 @@ __all__ = [
 ]
 
 STRATEGIES = ("tflms", "swap", "recompute", "hybrid-paper", "hybrid")
+#: The exact solver, for small graphs only (``hybridplan.optimal``); not in
+#: ``STRATEGIES``, which every tool runs on graphs of any size.
+OPTIMAL = "optimal"
 _UNITS = {
     "": 1,
     "b": 1,
@@ -305,6 +308,7 @@ def plan(
     exclude_scopes: Sequence[str] | None = None,
     include_types: Sequence[str] | None = None,
     exclude_types: Sequence[str] | None = None,
+    time_limit: float = 60.0,
 ) -> Plan:
     """Plans which tensors to swap and which sub-graphs to recompute.
 
@@ -316,7 +320,10 @@ def plan(
         strategy: ``"tflms"`` (TensorFlow Large Model Support's swapping),
             ``"swap"`` (the better of TFLMS and hybridplan's own swap planner),
             ``"recompute"``, ``"hybrid-paper"`` (the published hybrid, from the
-            TFLMS plan) or ``"hybrid"`` (the fastest of all that fits).
+            TFLMS plan) or ``"hybrid"`` (the fastest of all that fits); or
+            ``"optimal"``: the exact mixed-integer optimum, for graphs of at most
+            ``hybridplan.optimal.MAX_NODES`` nodes (needs scipy), its solver
+            figures in ``report["optimal"]`` (see docs/optimality.md).
         device: a preset name (see :func:`device_presets`), a dict (see
             :func:`device_model`) or a JSON or TOML file with the same fields.
         loss: the loss tensor; inferred when omitted.
@@ -326,6 +333,8 @@ def plan(
         tflms: TFLMS's parameters ``{"threshold": ..., "ahead": ..., "groupby":
             ...}`` (schedule positions) for ``"tflms"``/``"swap"``: the swap plan is
             then exactly TFLMS's; without them they are tuned with the simulator.
+        time_limit: seconds the ``"optimal"`` solver may take; it then returns
+            its best plan with ``report["optimal"]["status"] == "time limit"``.
         include_scopes, exclude_scopes, include_types, exclude_types: which
             ops the planner may touch, as TFLMS offered. A scope matches node
             names at ``/`` boundaries (``"model/block1"`` matches
@@ -343,6 +352,12 @@ def plan(
     Example:
         >>> p = hybridplan.plan("step.pb", "16GiB", device="v100-nvlink2")  # doctest: +SKIP
     """
+    if strategy == OPTIMAL:
+        selection = (include_scopes, exclude_scopes, include_types, exclude_types)
+        if tflms is not None or any(selection):
+            raise InvalidArgumentError("strategy='optimal' takes no tflms parameters or selection")
+        args = (loss, persistent_bytes, min_bytes, profile, time_limit)
+        return _optimal(graph, budget, device, *args)
     if strategy not in STRATEGIES:
         raise InvalidArgumentError(
             f"unknown strategy {strategy!r}: use one of {', '.join(STRATEGIES)}"
@@ -376,6 +391,69 @@ def plan(
         select=select if any(select) else None,
     )
     return Plan(json.loads(core.report_json), (core.timeline(0), core.timeline(1)), core.events())
+
+
+def _optimal(
+    graph: GraphLike,
+    budget: Any,
+    device: str | dict | os.PathLike,
+    loss: str | None,
+    persistent_bytes: int | None,
+    min_bytes: int,
+    profile: dict[int, float] | None,
+    time_limit: float,
+) -> Plan:
+    """The exact solver's plan (``hybridplan.optimal``), judged by the simulator like any other."""
+    from . import optimal
+
+    name, device_json, dev = _device_args(device)
+    nbytes = _budget(budget, dev)
+    min_bytes = parse_bytes(min_bytes, "min_bytes") if min_bytes else 0
+    data, traced_loss = graph_bytes(graph)
+    common = dict(
+        device=name,
+        device_json=device_json,
+        loss=loss or traced_loss,
+        persistent_bytes=persistent_bytes,
+        profile=sorted(profile.items()) if profile else None,
+    )
+    problem = json.loads(_core.export_problem(data, min_bytes=min_bytes, **common))
+    try:
+        chosen, figures = optimal.solve_problem(problem, nbytes, time_limit)
+    except BudgetError as e:
+        raise _with_best_peak(e, data, nbytes, min_bytes, common) from None
+    core = _core.simulate_plan(data, json.dumps(chosen), nbytes, OPTIMAL, **common)
+    report = json.loads(core.report_json)
+    if report["planned"]["peak_bytes"] > nbytes:
+        raise BudgetError(  # the model's memory is an upper bound: never expected
+            f"the optimal plan peaks at {report['planned']['peak_bytes']} bytes in the "
+            f"simulator, over the budget of {nbytes}: please report it with the graph",
+            nbytes,
+            report["planned"]["peak_bytes"],
+            OPTIMAL,
+        )
+    if not chosen["swaps"] and not chosen["recomputes"]:
+        report["strategy"] = "none"
+    report["optimal"] = figures
+    return Plan(report, (core.timeline(0), core.timeline(1)), core.events())
+
+
+def _with_best_peak(
+    e: BudgetError, data: bytes, budget: int, min_bytes: int, common: dict
+) -> BudgetError:
+    """The exact formulation is infeasible: ``best_peak`` from the heuristics."""
+    try:
+        core = _core.plan(data, budget, strategy="hybrid", min_bytes=min_bytes, **common)
+    except BudgetError as h:
+        return BudgetError(str(e), budget, h.best_peak, h.strategy)
+    peak = json.loads(core.report_json)["planned"]["peak_bytes"]
+    return BudgetError(
+        f"{e} (strategy='hybrid' fits with a peak of {peak} bytes: its plan lies outside "
+        "the exact formulation's plan space, see docs/optimality.md)",
+        budget,
+        peak,
+        "hybrid",
+    )
 
 
 def synthetic_graphdef(
