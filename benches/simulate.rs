@@ -91,6 +91,7 @@ fn plan_touching(a: &Analysis, target: usize) -> Plan {
                 clone_consumers: vec![],
             }];
             plan.swaps.push(Swap {
+                release: hybridplan_core::graph::NONE,
                 tensor: t,
                 after,
                 ins,

@@ -128,6 +128,7 @@ def measure(
     *,
     warmup: int = 1,
     num_cpus: int = 2,
+    inter_op_threads: int = 1,
 ) -> Measurement:
     """Runs ``graph_def`` as a training step in a Session and measures memory and time.
 
@@ -142,6 +143,11 @@ def measure(
         device: the device whose timeline is returned, as ``"/device:CPU:0"``.
         warmup: untraced steps first (Grappler and kernel set-up happen there).
         num_cpus: logical CPU devices of the Session (2: device and host).
+        inter_op_threads: ops run at once (each op still uses every core). 1, the
+            default, runs the step as one stream, like an accelerator's compute
+            stream, and the measured peak repeats from step to step; 0 lets
+            TensorFlow choose (one per core), and the peak then varies with
+            which ready op each thread picks (docs/accuracy.md).
 
     Returns:
         A :class:`Measurement`. The caller's variables are left untouched: the Session
@@ -164,7 +170,7 @@ def measure(
         raise InvalidArgumentError(f"steps must be >= 1, got {steps}")
     batch_at = _batch_source(batches)
     graph, feeds, fetches, init, variables = _session_graph(traced, graph_def)
-    config = session_config(num_cpus)
+    config = session_config(num_cpus, inter_op_threads)
 
     losses: list[np.ndarray] = []
     with tf.compat.v1.Session(graph=graph, config=config) as sess:
@@ -191,14 +197,18 @@ def measure(
     )
 
 
-def session_config(num_cpus: int) -> Any:
+def session_config(num_cpus: int, inter_op_threads: int = 0) -> Any:
     """A Session config with ``num_cpus`` logical CPUs and Grappler set as the
     process's ``tf.config.optimizer`` options say (Sessions do not read them
     by themselves), so a measured step is optimised like an eager one."""
     import tensorflow as tf
     from tensorflow.core.protobuf import rewriter_config_pb2
 
-    config = tf.compat.v1.ConfigProto(device_count={"CPU": num_cpus}, allow_soft_placement=True)
+    config = tf.compat.v1.ConfigProto(
+        device_count={"CPU": num_cpus},
+        allow_soft_placement=True,
+        inter_op_parallelism_threads=inter_op_threads,
+    )
     rw = config.graph_options.rewrite_options
     toggle = rewriter_config_pb2.RewriterConfig.Toggle
     for key, value in tf.config.optimizer.get_experimental_options().items():

@@ -246,6 +246,7 @@ class Plan:
                     "node": s["node"],
                     "output": s["output"],
                     "after": s["after"],
+                    "release": s["release"][0] if s.get("release") else None,
                     "ins": [
                         {"trigger": t, "consumers": c, "clone_consumers": cc}
                         for t, _, c, cc in s["ins"]

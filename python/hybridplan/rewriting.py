@@ -3,7 +3,7 @@
 The plan comes from the planner as a dict whose integers are GraphDef node indices
 (positions in ``graph_def.node``)::
 
-    {"swaps": [{"node": p, "output": k, "after": a,
+    {"swaps": [{"node": p, "output": k, "after": a, "release": r,
                 "ins": [{"trigger": t, "consumers": [...], "clone_consumers": [...]}]}],
      "recomputes": [{"nodes": [...], "trigger": t, "consumers": [...],
                      "clone_consumers": [...]}]}
@@ -15,7 +15,9 @@ What is inserted (semantics of ``rust/core/src/plan.rs``):
   ``j`` adds a swap-in node ``<prefix>/swap_in/<i>_<j>/<producer>`` on the device that
   reads the swap-out and has a control input from ``trigger``. Every input slot of a
   node in ``consumers`` that reads ``p:k`` is rewired to the swap-in; the clones of the
-  nodes in ``clone_consumers`` read it too.
+  nodes in ``clone_consumers`` read it too. When ``release`` is given (not None), node
+  ``r`` gets a control input from the swap-out: the step does not move past it before
+  the copy has ended, so the executor cannot run ahead while the original waits.
 - **Recompute.** Every node of ``nodes`` is cloned as ``<prefix>/recompute/<r>/<name>``
   (same op, attributes and device). A clone's input made inside the set reads the
   clone; one made outside reads the original tensor, unless a swap-in or an earlier
@@ -327,6 +329,11 @@ class _Writer:
         control = [self.name(after)] if after != p else []
         self.add_copy(out_name, self.spec.swap_out_op, self.host, source, control, (p, k, dtype))
         self.swap_out.append(out_name)
+        release = swap.get("release")
+        if release is not None:
+            # The release node waits for the copy (plan/release.rs in the core).
+            r = self.index(release, f"swaps[{i}].release")
+            self.out.node[r].input.append(f"^{out_name}")
         for j, entry in enumerate(swap.get("ins", ())):
             where = f"swaps[{i}].ins[{j}]"
             trigger = self.name(self.index(entry["trigger"], f"{where}.trigger"))

@@ -87,12 +87,12 @@ def trial(
 
     if budget is not None and fraction is not None:
         raise InvalidArgumentError("give a budget or a fraction, not both")
+    f = DEFAULT_FRACTION if fraction is None else fraction
+    if not 0 < f <= 1:
+        raise InvalidArgumentError(f"fraction must be in (0, 1], got {f}")
     traced = workload.trace()
     a = analyze(traced)
     if budget is None:
-        f = DEFAULT_FRACTION if fraction is None else fraction
-        if not 0 < f <= 1:
-            raise InvalidArgumentError(f"fraction must be in (0, 1], got {f}")
         budget = a.persistent_bytes + int(a.activation_peak_bytes * f)
     r = apply(
         traced,

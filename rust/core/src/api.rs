@@ -60,6 +60,8 @@ pub struct SwapDecision {
     pub after: u32,
     /// (trigger node, trigger name, consumers, clone consumers) per swap-in.
     pub ins: Vec<(u32, String, Vec<u32>, Vec<u32>)>,
+    /// The node that waits for the swap-out (see `plan/release.rs`), and its name.
+    pub release: Option<(u32, String)>,
     pub reason: String,
 }
 
@@ -174,7 +176,10 @@ pub fn plan_analysis(
         e => e,
     })?;
     let original = simulate(&a.graph, &a.schedule, &times, dev, &Plan::default())?;
-    let sim = simulate(&a.graph, &a.schedule, &times, dev, &planned.plan)?;
+    let mut plan = planned.plan;
+    let chosen = simulate(&a.graph, &a.schedule, &times, dev, &plan)?;
+    crate::plan::release::set_releases(&a.graph, &a.schedule, &mut plan, &chosen);
+    let sim = simulate(&a.graph, &a.schedule, &times, dev, &plan)?;
     if sim.peak_bytes > opts.budget {
         return Err(PlanError::Budget {
             budget: opts.budget,
@@ -192,9 +197,9 @@ pub fn plan_analysis(
         num_nodes: a.graph.num_nodes(),
         loss: (a.graph.loss != crate::graph::NONE).then(|| a.graph.tensor_name(a.graph.loss)),
         original: Figures::of(&original, &Plan::default()),
-        planned: Figures::of(&sim, &planned.plan),
-        swaps: swap_decisions(&a.graph, &planned.plan),
-        recomputes: recompute_decisions(&a.graph, &planned.plan, &times),
+        planned: Figures::of(&sim, &plan),
+        swaps: swap_decisions(&a.graph, &plan),
+        recomputes: recompute_decisions(&a.graph, &plan, &times),
         unknown_ops,
         evaluations: planned.evaluations,
         swap_options: so,
@@ -204,7 +209,7 @@ pub fn plan_analysis(
         report,
         original,
         planned: sim,
-        plan: planned.plan,
+        plan,
     })
 }
 
@@ -253,6 +258,8 @@ fn swap_decisions(g: &Graph, plan: &Plan) -> Vec<SwapDecision> {
                         (i.trigger, name, i.consumers.clone(), i.clone_consumers.clone())
                     })
                     .collect(),
+                release: (s.release != crate::graph::NONE)
+                    .then(|| (s.release, g.nodes[s.release as usize].name.to_string())),
                 reason: format!(
                     "{} bytes idle between reads; swapped out after its producer, back in after '{}'",
                     t.bytes,

@@ -104,6 +104,23 @@ pub fn aliased_input(op: &str) -> Option<usize> {
     }
 }
 
+/// Does `reader` pair with its input's `producer` through a hidden workspace?
+/// oneDNN's max-pooling and LRN forward kernels leave a workspace that the
+/// gradient kernel picks up when its input comes straight from the forward
+/// op. Fed a copy instead, the gradient recomputes the argmax itself and
+/// breaks ties differently (measured: a swapped `MaxPool3D` output changed
+/// a U-Net's weights after one step). Such a reader must read the original,
+/// so the tensor is never swapped for it (a recompute clone is the same op
+/// and pairs as the original did).
+pub fn pairs_with_producer(reader: &str, producer: &str) -> bool {
+    let pool = matches!(producer, "MaxPool" | "MaxPoolV2" | "MaxPool3D")
+        && matches!(
+            reader,
+            "MaxPoolGrad" | "MaxPoolGradV2" | "MaxPool3DGrad" | "MaxPoolGradGrad"
+        );
+    pool || (producer == "LRN" && reader == "LRNGrad")
+}
+
 /// Checkpoint ops: the expensive, parameterised ops that head a recompute
 /// unit (see `partition.rs`).
 pub fn is_checkpoint(op: &str) -> bool {

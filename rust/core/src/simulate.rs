@@ -10,7 +10,8 @@
 //!   device (a swapped-in input: its copy has finished; a clone's output:
 //!   the clone has run, which the stream order already gives);
 //! - the **device-to-host engine** runs swap-outs: one is ready when its
-//!   producer and `after` have finished;
+//!   producer and `after` have finished; a swap's `release` node does not
+//!   start before its swap-out has ended (the stream waits: stall);
 //! - the **host-to-device engine** runs swap-ins: one is ready when its
 //!   trigger and its swap-out have finished.
 //!
@@ -117,6 +118,10 @@ pub struct SimResult {
     pub events: Vec<SimEvent>,
     /// True when events were left out.
     pub events_truncated: bool,
+    /// End of each swap's swap-out, in plan order.
+    pub swap_out_end: Vec<f64>,
+    /// Start of every original node on the compute stream, by node id.
+    pub op_start: Vec<f64>,
 }
 
 /// Simulates `plan` on `g` run in schedule `s`, `costs[v]` seconds per node.
@@ -314,6 +319,7 @@ impl<'a> Sim<'a> {
         let (mut prev, mut f) = (0.0f64, 0usize);
         for item in 0..self.p.item_node.len() {
             let st = self.read_inputs(item as u32, prev)?;
+            let st = self.released(item as u32, st)?;
             self.stall += st - prev;
             self.alloc_outputs(item as u32);
             let d = self.costs[self.p.item_node[item] as usize];
@@ -353,6 +359,22 @@ impl<'a> Sim<'a> {
             for &src in &p.clone_in[lo as usize..hi as usize] {
                 st = st.max(self.read(src, item)?);
             }
+        }
+        Ok(st)
+    }
+
+    /// When `item` may start, given `st`: after the swap-outs it waits for.
+    fn released(&mut self, item: u32, st: f64) -> Result<f64> {
+        let p = self.p;
+        if p.release.is_empty() || p.item_clone[item as usize] != NONE {
+            return Ok(st);
+        }
+        let Some(ks) = p.release.get(&p.item_node[item as usize]) else {
+            return Ok(st);
+        };
+        let mut st = st;
+        for &k in ks {
+            st = st.max(self.wait(k as usize)?);
         }
         Ok(st)
     }
@@ -605,6 +627,12 @@ impl Sim<'_> {
         let sum =
             |r: std::ops::Range<usize>| -> u64 { self.xf[r].iter().map(|x| x.bytes as u64).sum() };
         let (events, events_truncated) = self.events(opts.max_events);
+        let op_start = self
+            .p
+            .node_item
+            .iter()
+            .map(|&i| self.start[i as usize])
+            .collect();
         SimResult {
             step_time_s: step,
             compute_time_s: self.compute,
@@ -617,6 +645,8 @@ impl Sim<'_> {
             timeline: m.timeline,
             events,
             events_truncated,
+            swap_out_end: self.xf[..self.n_swaps].iter().map(|x| x.end).collect(),
+            op_start,
         }
     }
 

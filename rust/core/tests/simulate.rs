@@ -60,6 +60,7 @@ fn run(a: &Analysis, costs: &[f64], dev: &DeviceModel, plan: &Plan) -> SimResult
 
 fn swap(a: &Analysis, t: &str, after: &str, trigger: &str, cons: &[&str]) -> Swap {
     Swap {
+        release: hybridplan_core::graph::NONE,
         tensor: out(a, t),
         after: id(a, after),
         ins: vec![SwapIn {
@@ -132,6 +133,41 @@ fn a_transfer_not_hidden_shows_as_stall_of_the_exact_amount() {
     let r = run(&a, &UNIT, &dev, &plan);
     assert_eq!(events(&r, EventKind::SwapIn), vec![(4.0, 5.25)]);
     assert_eq!(r.stall_time_s, 1.25);
+}
+
+#[test]
+fn a_release_node_waits_for_the_swap_out() {
+    let a = chain(40);
+    let dev = link(400.0, 1.0); // 400 bytes: 1 s each way
+                                // out [2, 3] after b; c would start at 2, so a release at c waits 1 s.
+    let mut sw = swap(&a, "a", "b", "d", &["e"]);
+    sw.release = id(&a, "c");
+    let plan = Plan {
+        swaps: vec![sw.clone()],
+        recomputes: vec![],
+    };
+    let r = run(&a, &UNIT, &dev, &plan);
+    assert_eq!(events(&r, EventKind::SwapOut), vec![(2.0, 3.0)]);
+    assert_eq!(r.swap_out_end, vec![3.0]);
+    assert_eq!(r.op_start[id(&a, "c") as usize], 3.0);
+    assert_eq!(r.stall_time_s, 1.0);
+    // A release at d (start 3 without the wait) costs nothing.
+    sw.release = id(&a, "d");
+    let plan = Plan {
+        swaps: vec![sw.clone()],
+        recomputes: vec![],
+    };
+    let r = run(&a, &UNIT, &dev, &plan);
+    assert_eq!(r.stall_time_s, 0.0);
+    assert_eq!(r.step_time_s, 5.0);
+    // A release that runs before the swap-out may start is an invalid plan.
+    sw.release = id(&a, "a");
+    let plan = Plan {
+        swaps: vec![sw],
+        recomputes: vec![],
+    };
+    let e = simulate(&a.graph, &a.schedule, &UNIT, &dev, &plan).unwrap_err();
+    assert!(e.to_string().contains("release node 'a'"), "{e}");
 }
 
 /// x -> a -> b -> c -> d -> e -> f(e, a) -> h(f, c).
@@ -336,6 +372,7 @@ fn generated_plan(a: &Analysis) -> Plan {
             .has(hybridplan_core::graph::NodeFlags::NO_RECOMPUTE);
         if k == 0 {
             plan.swaps.push(Swap {
+                release: hybridplan_core::graph::NONE,
                 tensor: t,
                 after,
                 ins: vec![SwapIn {
@@ -524,6 +561,7 @@ mod props {
         let swaps = swaps
             .into_iter()
             .map(|(tensor, after, trigger, c, cc)| Swap {
+                release: hybridplan_core::graph::NONE,
                 tensor,
                 after,
                 ins: vec![SwapIn {
@@ -584,6 +622,7 @@ mod props {
                 });
             } else {
                 plan.swaps.push(Swap {
+                    release: hybridplan_core::graph::NONE,
                     tensor: t,
                     after,
                     ins: vec![SwapIn {

@@ -22,6 +22,7 @@
 
 use crate::graph::{Graph, NodeFlags};
 use crate::liveness::Liveness;
+use crate::opkind;
 use crate::schedule::Schedule;
 
 /// One buffer that could be swapped.
@@ -73,6 +74,13 @@ pub fn swap_candidates(
             &dedup(readers.of(t)),
             min_gap,
         ) {
+            let producer = g.op_name(g.tensors[c.tensor as usize].node);
+            if c.late
+                .iter()
+                .any(|&(_, r)| opkind::pairs_with_producer(g.op_name(r), producer))
+            {
+                continue; // a gradient that must read its forward op's own output
+            }
             // The copy can start once the tensor read late exists.
             out.push(SwapCandidate {
                 produce: l.produce[c.tensor as usize],

@@ -11,7 +11,8 @@
 //!   the host-to-device engine is free; the nodes in `consumers` read that
 //!   copy instead of the original, and so do the clones of the nodes in
 //!   `clone_consumers`. The original buffer is freed once every other reader
-//!   has run and the swap-out has finished.
+//!   has run and the swap-out has finished. If `release` is set, that node
+//!   does not start before the swap-out has finished.
 //! - A [`Recompute`] clones `nodes` (in schedule order); the clones run right
 //!   after `trigger`. The nodes in `consumers` read the clones' outputs
 //!   instead of the originals, and so do the clones of the nodes in
@@ -41,6 +42,17 @@ pub struct Swap {
     /// forward reader when the copy should not compete with earlier reads).
     pub after: u32,
     pub ins: Vec<SwapIn>,
+    /// This node does not start before the swap-out has ended (a control
+    /// edge from the copy): the executor cannot run ahead while the original
+    /// stays alive waiting for its copy. [`NONE`](crate::graph::NONE): no
+    /// such node. Chosen by `release.rs` where the copy was predicted to
+    /// end anyway, so it costs no time in the simulation that chose it.
+    #[serde(default = "no_node")]
+    pub release: u32,
+}
+
+fn no_node() -> u32 {
+    crate::graph::NONE
 }
 
 /// A forward sub-graph cloned late in the step.
@@ -77,6 +89,7 @@ pub mod memtree;
 pub mod options;
 pub mod partition;
 pub mod planner;
+pub mod release;
 pub mod select;
 pub mod stab;
 pub mod tflms;

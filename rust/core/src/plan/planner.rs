@@ -527,6 +527,7 @@ impl<'a> Planner<'a> {
                     })
                     .collect();
                 Swap {
+                    release: NONE,
                     tensor: cand.tensor,
                     after: self.ctx.g.tensors[cand.tensor as usize].node,
                     ins,

@@ -11,7 +11,10 @@
 //! the op `ahead` positions before the group's first reader (moved earlier
 //! if TensorFlow could fuse that op with a reader, see `trigger.rs`, and
 //! never before the last early read). Readers through an alias (`Reshape`
-//! of the tensor) keep the original, so such tensors are left alone.
+//! of the tensor) keep the original, so such tensors are left alone, and so
+//! are tensors a late reader must read straight from their producer (a
+//! pooling gradient and its forward op's workspace, `opkind.rs`): TFLMS did
+//! not know that rule, and swapping them changes the gradient.
 //!
 //! # Complexity
 //! O(T + E log E) plus O(W) per swap-in for the trigger walk.
@@ -79,8 +82,16 @@ fn swap_of(g: &Graph, s: &Schedule, l: &Liveness, t: u32, p: &TflmsParams) -> Op
             return None; // an early read after a late one: not a forward/backward split
         }
     }
+    let producer = g.op_name(g.tensors[t as usize].node);
+    if late
+        .iter()
+        .any(|&(_, r)| crate::opkind::pairs_with_producer(g.op_name(r), producer))
+    {
+        return None; // a gradient must read its forward op's own output (opkind.rs)
+    }
     let ins = groups(g, s, &late, last_early, p);
     (!ins.is_empty()).then(|| Swap {
+        release: crate::graph::NONE,
         tensor: t,
         after: g.tensors[t as usize].node,
         ins,

@@ -80,6 +80,8 @@ pub(super) struct Prep {
     cands: FxHashMap<(u32, u32), Vec<Cand>>,
     /// (item, event), sorted.
     pub(super) fires: Vec<(u32, Fire)>,
+    /// Swaps whose swap-out must end before a node starts, keyed by node.
+    pub(super) release: FxHashMap<u32, Vec<u32>>,
 }
 
 /// Where in the plan a check failed; rendered only for the error message.
@@ -212,6 +214,7 @@ impl Prep {
             redirected: vec![false; g.num_nodes()],
             cands: FxHashMap::default(),
             fires: Vec::new(),
+            release: FxHashMap::default(),
         };
         let mut next = 0usize;
         for (pos, &v) in s.order.iter().enumerate() {
@@ -281,6 +284,19 @@ impl Prep {
             let prod = g.tensors[sw.tensor as usize].node;
             let out_item = self.node_item[prod as usize].max(self.node_item[sw.after as usize]);
             self.fires.push((out_item, Fire::Out(k as u32)));
+            if sw.release != NONE {
+                check_node(g, sw.release, What::Swap(k))?;
+                if self.node_item[sw.release as usize] <= out_item {
+                    return Err(What::Swap(k).err(
+                        g,
+                        format!(
+                            "release node '{}' does not run after the swap-out can start (after its producer and `after`)",
+                            g.nodes[sw.release as usize].name
+                        ),
+                    ));
+                }
+                self.release.entry(sw.release).or_default().push(k as u32);
+            }
             for (j, si) in sw.ins.iter().enumerate() {
                 let what = What::SwapIn(k, sw.tensor, j);
                 self.add_swap_in(g, sw.tensor, out_item, si, what)?;

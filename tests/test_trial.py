@@ -1,0 +1,41 @@
+"""hybridplan.trial: a planned step run next to the original on CPU emulation.
+
+The claims under test, measured (not predicted): the rewritten step computes
+the same losses and weights bit for bit, its device peak stays within the
+budget, and the budget can be well below the original's peak.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from hybridplan import models
+from hybridplan.trial import trial
+
+
+def test_measured_peak_within_budget_and_below_60_percent():
+    t = trial(models.build("small_resnet"), fraction=0.5, strategy="hybrid")
+    assert t.same_losses and t.same_weights
+    assert t.inserted["swap_out"] + t.inserted["clones"] > 0
+    assert t.planned.device_peak <= t.activation_budget, (t.planned.device_peak, t)
+    assert t.peak_ratio < 0.6, t.peak_ratio
+
+
+@pytest.mark.slow
+def test_pooling_gradients_keep_their_forward_op():
+    """A 3D U-Net planned at half its activation peak swaps many tensors; a
+    swapped max-pooling output read by its gradient would change the weights
+    (oneDNN's workspace pairing, opkind.rs): the plan must not do that."""
+    t = trial(models.build("unet3d", size=32, batch=1, levels=3), fraction=0.5)
+    assert t.inserted["swap_out"] >= 10
+    assert t.same_losses and t.same_weights
+    assert t.peak_ratio < 0.7, t.peak_ratio
+
+
+def test_budget_and_fraction_are_exclusive():
+    from hybridplan.errors import InvalidArgumentError
+
+    with pytest.raises(InvalidArgumentError, match="not both"):
+        trial(models.build("small_cnn"), "1MiB", fraction=0.5)
+    with pytest.raises(InvalidArgumentError, match="fraction"):
+        trial(models.build("small_cnn"), fraction=1.5)
