@@ -185,7 +185,10 @@ mod tests {
             .unwrap();
         assert_eq!(m, vec![false, false, true, false]);
         // Either include list admits a node.
-        let m = sel(&["m/head"], &[], &["Relu"], &[]).mask(&g).unwrap().unwrap();
+        let m = sel(&["m/head"], &[], &["Relu"], &[])
+            .mask(&g)
+            .unwrap()
+            .unwrap();
         assert_eq!(m, vec![false, true, false, true]);
     }
 
@@ -196,7 +199,10 @@ mod tests {
             (sel(&["nope"], &[], &[], &[]), "matches no node"),
             (sel(&[], &[], &[], &["Conv3D"]), "matches no node"),
             (sel(&["m/"], &["m"], &[], &[]), "both included and excluded"),
-            (sel(&[], &[], &["Relu"], &["Relu"]), "both included and excluded"),
+            (
+                sel(&[], &[], &["Relu"], &["Relu"]),
+                "both included and excluded",
+            ),
             (sel(&[""], &[], &[], &[]), "empty entry"),
         ] {
             match s.mask(&g) {
