@@ -251,3 +251,16 @@ def test_conflicting_or_bad_options(synth, kw, message):
     data, a = synth
     with pytest.raises(hybridplan.InvalidArgumentError, match=message):
         hybridplan.plan(data, a.peak_bytes // 2, **kw)
+
+
+def test_chen_recomputes_disjoint_spans_about_sqrt_many(synth):
+    data, a = synth
+    budget = a.persistent_bytes + (a.peak_bytes - a.persistent_bytes) * 3 // 4
+    p = hybridplan.plan(data, budget, strategy="chen", device="a100-pcie4", min_bytes=1024)
+    assert p.strategy == "chen" and not p.swaps and p.recomputes
+    nodes = [v for r in p.recomputes for v in r["nodes"]]
+    assert len(nodes) == len(set(nodes))  # spans do not overlap
+    # Chen: about sqrt(M) spans of about sqrt(M) segments each; the synthetic
+    # graph has at least one segment per block, so several spans.
+    assert 3 <= len(p.recomputes) <= len(nodes)
+    assert p.planned.recompute_time_s > 0

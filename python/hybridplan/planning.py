@@ -27,7 +27,7 @@ __all__ = [
     "synthetic_graphdef",
 ]
 
-STRATEGIES = ("tflms", "swap", "recompute", "hybrid-paper", "hybrid")
+STRATEGIES = ("tflms", "swap", "recompute", "chen", "hybrid-paper", "hybrid")
 #: The exact solver, for small graphs only (``hybridplan.optimal``); not in
 #: ``STRATEGIES``, which every tool runs on graphs of any size.
 OPTIMAL = "optimal"
@@ -320,7 +320,9 @@ def plan(
             memory less a reserve).
         strategy: ``"tflms"`` (TensorFlow Large Model Support's swapping),
             ``"swap"`` (the better of TFLMS and hybridplan's own swap planner),
-            ``"recompute"``, ``"hybrid-paper"`` (the published hybrid, from the
+            ``"recompute"``, ``"chen"`` (Chen et al.'s sqrt(n) checkpointing
+            over the forward pass's cut points, a budget-blind reference),
+            ``"hybrid-paper"`` (the published hybrid, from the
             TFLMS plan) or ``"hybrid"`` (the fastest of all that fits); or
             ``"optimal"``: the exact mixed-integer optimum, for graphs of at most
             ``hybridplan.optimal.MAX_NODES`` nodes (needs scipy), its solver

@@ -139,8 +139,9 @@ fn a_transfer_not_hidden_shows_as_stall_of_the_exact_amount() {
 fn a_release_node_waits_for_the_swap_out() {
     let a = chain(40);
     let dev = link(400.0, 1.0); // 400 bytes: 1 s each way
-                                // out [2, 3] after b; c would start at 2, so a release at c waits 1 s.
-    let mut sw = swap(&a, "a", "b", "d", &["e"]);
+                                // out [2, 3] after b; c would start at 2, so a release at c waits 1 s
+                                // (then the swap-in [4, 5] after c is still in time for e at 5).
+    let mut sw = swap(&a, "a", "b", "c", &["e"]);
     sw.release = id(&a, "c");
     let plan = Plan {
         swaps: vec![sw.clone()],

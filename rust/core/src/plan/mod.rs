@@ -83,6 +83,7 @@ impl Plan {
 }
 
 pub mod candidates;
+pub mod cuts;
 pub mod greedy;
 pub mod links;
 pub mod memtree;

@@ -30,6 +30,7 @@ use std::str::FromStr;
 use rustc_hash::{FxHashMap, FxHashSet};
 
 use super::candidates::{swap_candidates, SwapCandidate};
+use super::cuts::{cut_segments, sqrt_spans, Cuts};
 use super::greedy::{choose, Chosen, Pool};
 use super::links::place_swap_ins;
 use super::options::{recompute_options as unit_options, swap_option, Ctx, RecomputeOpt, SwapOpt};
@@ -47,6 +48,9 @@ pub enum Strategy {
     Tflms,
     Swap,
     Recompute,
+    /// Chen et al.'s sqrt(n) checkpointing over the forward pass's cuts
+    /// (`cuts.rs`): a reference point, budget-blind.
+    Chen,
     HybridPaper,
     Hybrid,
 }
@@ -57,6 +61,7 @@ impl Strategy {
             Strategy::Tflms => "tflms",
             Strategy::Swap => "swap",
             Strategy::Recompute => "recompute",
+            Strategy::Chen => "chen",
             Strategy::HybridPaper => "hybrid-paper",
             Strategy::Hybrid => "hybrid",
         }
@@ -70,10 +75,11 @@ impl FromStr for Strategy {
             "tflms" => Ok(Strategy::Tflms),
             "swap" => Ok(Strategy::Swap),
             "recompute" => Ok(Strategy::Recompute),
+            "chen" => Ok(Strategy::Chen),
             "hybrid-paper" => Ok(Strategy::HybridPaper),
             "hybrid" => Ok(Strategy::Hybrid),
             _ => Err(PlanError::InvalidArgument(format!(
-                "unknown strategy '{s}': use one of tflms, swap, recompute, hybrid-paper, hybrid"
+                "unknown strategy '{s}': use one of tflms, swap, recompute, chen, hybrid-paper, hybrid"
             ))),
         }
     }
@@ -156,6 +162,7 @@ pub struct Planner<'a> {
     best_fail: std::cell::Cell<(u64, &'static str)>,
     /// Per node: may it be touched (`None`: all may).
     selected: Option<Vec<bool>>,
+    cuts: Cuts,
 }
 
 impl<'a> Planner<'a> {
@@ -187,7 +194,8 @@ impl<'a> Planner<'a> {
                 swaps.push(o);
             }
         }
-        let mut recs = recompute_options(ctx, &cands);
+        let cuts = cut_segments(ctx.g, ctx.s, opts.min_bytes);
+        let mut recs = recompute_options(ctx, &cands, &cuts);
         if let Some(m) = &selected {
             recs.retain(|r| r.clones.iter().all(|&v| m[v as usize]));
         }
@@ -203,6 +211,7 @@ impl<'a> Planner<'a> {
             tflms_memo: std::cell::OnceCell::new(),
             best_fail: (u64::MAX, "").into(),
             selected,
+            cuts,
         })
     }
 
@@ -224,6 +233,7 @@ impl<'a> Planner<'a> {
         let result = match self.opts.strategy {
             Strategy::Swap => self.swap(),
             Strategy::Recompute => self.fit(false, true, "recompute"),
+            Strategy::Chen => self.chen(),
             Strategy::HybridPaper => self.tflms_tuned().and_then(|p| self.paper(p)),
             Strategy::Tflms => self.tflms_tuned(),
             Strategy::Hybrid => self.hybrid(),
@@ -273,6 +283,7 @@ impl<'a> Planner<'a> {
         };
         consider(self.fit(true, true, "hybrid"));
         consider(self.fit(false, true, "recompute"));
+        consider(self.chen());
         consider(self.swap().and_then(|p| self.paper(p)));
         if self.opts.tflms.is_none() && self.ctx.g.num_nodes() <= self.opts.grid_max_nodes {
             consider(self.tflms_tuned().and_then(|p| self.paper(p)));
@@ -281,6 +292,56 @@ impl<'a> Planner<'a> {
             p.evaluations = self.evals.get();
             p
         })
+    }
+
+    /// Chen's sqrt(n) checkpointing: the forward pass's cut segments in
+    /// groups of about sqrt(M), each group recomputed from the tensor
+    /// crossing the cut before it (its option freeing the most bytes);
+    /// the tensors at the groups' cuts are kept. Judged against the budget,
+    /// never tuned to it.
+    fn chen(&self) -> Option<Planned> {
+        let ctx = self.ctx;
+        let mut gap_of = vec![NONE; ctx.g.num_tensors()];
+        for (i, c) in self.cands.iter().enumerate() {
+            if c.tensor == c.owner {
+                gap_of[c.tensor as usize] = i as u32;
+            }
+        }
+        let mut in_unit = vec![false; ctx.g.num_nodes()];
+        let m = &self.selected;
+        let chosen = Chosen {
+            recomputes: sqrt_spans(self.cuts.segments.len())
+                .into_iter()
+                .filter_map(|span| {
+                    span_options(
+                        ctx,
+                        span.0,
+                        &self.cuts,
+                        span,
+                        &self.cands,
+                        &mut gap_of,
+                        &mut in_unit,
+                    )
+                    .into_iter()
+                    .filter(|r| {
+                        m.as_ref()
+                            .is_none_or(|m| r.clones.iter().all(|&v| m[v as usize]))
+                    })
+                    .max_by_key(|r| (r.bytes, std::cmp::Reverse(r.trigger)))
+                })
+                .collect(),
+            ..Chosen::default()
+        };
+        if chosen.recomputes.is_empty() {
+            return None;
+        }
+        let plan = self.to_plan(&chosen);
+        let v = self.judge(&plan).ok()?;
+        if v.peak_bytes > self.opts.budget {
+            self.note_fail(v.peak_bytes, "chen");
+            return None;
+        }
+        Some(self.planned(plan, v, "chen"))
     }
 
     /// TFLMS: with the given parameters, or the best of the parameter grid
@@ -564,7 +625,7 @@ impl<'a> Planner<'a> {
 ///
 /// # Complexity
 /// O(N + E) for the units, O(sum of segment sizes) = O(4 N) for the segments.
-fn recompute_options(ctx: &Ctx<'_>, cands: &[SwapCandidate]) -> Vec<RecomputeOpt> {
+fn recompute_options(ctx: &Ctx<'_>, cands: &[SwapCandidate], cuts: &Cuts) -> Vec<RecomputeOpt> {
     let units = partition(ctx.g, ctx.s);
     let mut gap_of = vec![NONE; ctx.g.num_tensors()];
     for (i, c) in cands.iter().enumerate() {
@@ -596,8 +657,51 @@ fn recompute_options(ctx: &Ctx<'_>, cands: &[SwapCandidate]) -> Vec<RecomputeOpt
             ));
         }
     }
+    let m = cuts.segments.len();
+    for (k, width) in SPAN_WIDTHS.into_iter().enumerate() {
+        for a in (0..m).step_by(width) {
+            let b = (a + width).min(m);
+            let id = 2 * n + k * m + a;
+            out.extend(span_options(
+                ctx,
+                id,
+                cuts,
+                (a, b),
+                cands,
+                &mut gap_of,
+                &mut in_unit,
+            ));
+        }
+    }
     out
 }
 
 /// Segment widths (units), each placed at half-width strides.
 const SEGMENT_WIDTHS: [usize; 3] = [2, 4, 8];
+
+/// Widths (cut segments, `cuts.rs`) of the spans recomputed from the
+/// tensor crossing the cut before them, placed at their own width.
+const SPAN_WIDTHS: [usize; 3] = [1, 2, 4];
+
+/// Recompute options of a span of cut segments `a..b`: its recomputable
+/// ops cloned from the tensor crossing the cut before it. The tensor
+/// crossing the cut after it is kept (a checkpoint for the next span), so
+/// spans combine.
+fn span_options(
+    ctx: &Ctx<'_>,
+    id: usize,
+    cuts: &Cuts,
+    (a, b): (usize, usize),
+    cands: &[SwapCandidate],
+    gap_of: &mut [u32],
+    in_unit: &mut [bool],
+) -> Vec<RecomputeOpt> {
+    let kept = cuts.boundary[b - 1];
+    let hidden = (kept != NONE).then(|| std::mem::replace(&mut gap_of[kept as usize], NONE));
+    let nodes: Vec<u32> = cuts.segments[a..b].iter().flatten().copied().collect();
+    let out = unit_options(ctx, id, &nodes, cands, gap_of, in_unit);
+    if let Some(h) = hidden {
+        gap_of[kept as usize] = h;
+    }
+    out
+}
