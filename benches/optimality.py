@@ -24,7 +24,7 @@ sys.path.insert(0, str(pathlib.Path(__file__).parent))
 import small_graphs
 
 import hybridplan
-from hybridplan.errors import BudgetError
+from hybridplan.errors import BudgetError, HybridplanError
 
 STRATEGIES = ("swap", "recompute", "hybrid-paper", "hybrid")
 FRACTIONS = (0.9, 0.8, 0.6, 0.4)
@@ -49,6 +49,8 @@ def run(device: str, sizes: tuple[int, ...], time_limit: float) -> list[dict]:
                         row["solver"] = p.report.get("optimal", {})
                 except BudgetError:
                     row[s] = None
+                except HybridplanError as e:  # the solver found no plan in time
+                    row[s], row["solver"] = None, {"status": "no plan in time", "error": str(e)}
                 row[f"{s}_s"] = time.perf_counter() - t0
             rows.append(row)
             print(json.dumps(row), flush=True)
@@ -72,8 +74,9 @@ def table(rows: list[dict]) -> str:
             else:
                 cells.append("-" if opt is None else f"{r[s] / opt:.3f}")
         solver = r.get("solver", {})
-        how = f"{solver.get('status', '')} {solver.get('solve_time_s', 0):.1f} s" if solver else ""
-        ms = "infeasible" if opt is None else f"{opt * 1e3:.4f}"
+        how = f"{solver.get('status', '')} {solver.get('solve_time_s', 0):.1f} s" if opt else ""
+        timeout = solver.get("status") == "no plan in time"
+        ms = ("no plan in time" if timeout else "infeasible") if opt is None else f"{opt * 1e3:.4f}"
         line = f"| {r['graph']} | {r['nodes']} | {r['fraction']} | " + " | ".join(cells)
         out.append(line + f" | {ms} | {how} |")
     out += [
