@@ -1,0 +1,751 @@
+"""Planned steps under ``tf.distribute``: one plan per replica device.
+
+A step run by ``MirroredStrategy`` or ``MultiWorkerMirroredStrategy`` traces to one
+flat GraphDef holding every local replica's forward, backward and update ops, each op
+pinned to its replica's device, plus the gradient all-reduce (``CollectiveReduceV2``,
+one per replica device, packed by ``ConcatV2``/``SplitV``) and a few unplaced glue nodes
+(argument placeholders, variable reads, output ``Identity``\\ s). See
+``docs/distributed.md`` for what was measured.
+
+The core plans a whole GraphDef against one budget and one link, so this module:
+
+1. assigns every node a device (:func:`node_devices`): its own; for a captured
+   placeholder, the device of the eager handle it stands for; for an unplaced op that
+   reads a resource, the resource's device (TensorFlow colocates it there); for an
+   argument placeholder, the one device all its readers are on;
+2. cuts, for each replica device, the sub-GraphDef of its nodes (:func:`replica_subgraph`):
+   a tensor made elsewhere becomes a ``Placeholder`` of its dtype and shape, a control
+   input from elsewhere is dropped, and sub-graph position ``k`` maps back to full-graph
+   position ``members[k]``;
+3. plans each sub-graph with :func:`hybridplan.plan` under that device's budget and
+   device model, with the replica's own loss, and with every collective op type present
+   excluded from selection (the core never clones a collective; excluding the type also
+   keeps its outputs from being swapped, so collectives run exactly as traced);
+4. rewrites the full GraphDef once per replica (:func:`hybridplan.rewrite`), with that
+   replica's device and the host CPU of the same task, under the prefix
+   ``hybridplan/r<i>``.
+
+Collective instance keys are call-time captures of the traced function: fresh values
+on every call. The traced step takes them as extra arguments and :class:`PlannedStep`
+feeds them from the same closures TensorFlow uses.
+
+Example::
+
+    strategy = tf.distribute.MirroredStrategy(["/gpu:0", "/gpu:1"])
+    with strategy.scope():
+        model, optimizer = make_model(), keras.optimizers.SGD(0.1)
+    dt = distributed.trace_keras(strategy, model, optimizer, loss_fn, x_spec, y_spec)
+    r = distributed.apply(dt, "30GiB", device="a100-pcie4", target="gpu")
+    step = distributed.PlannedStep(dt, r)
+    loss = step(x_global, y_global)     # one step on every replica; weights updated
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from .errors import BudgetError, InvalidArgumentError, UnsupportedGraphError
+
+__all__ = [
+    "DistributedResult",
+    "DistributedTraced",
+    "PlannedStep",
+    "ReplicaPlan",
+    "apply",
+    "measure",
+    "node_devices",
+    "replica_subgraph",
+    "trace",
+    "trace_keras",
+]
+
+_RESOURCE = 20  # DT_RESOURCE
+#: Op-type families of TensorFlow's collective communication ops (as in the core's
+#: ``opkind.rs``): never cloned, their outputs never swapped.
+_COLLECTIVE_PREFIXES = ("Collective", "Nccl")
+
+
+# --------------------------------------------------------------------------- tracing
+
+
+@dataclass
+class DistributedTraced:
+    """A traced ``tf.distribute`` step and what ties it to its replicas.
+
+    Attributes:
+        traced: the flat step (:class:`hybridplan.Traced`); its arguments are every
+            replica's inputs (argument ``a`` of replica ``r`` at position
+            ``a * num_replicas + r``) followed by the collective instance keys; its
+            outputs are the replicas' losses, in replica order.
+        strategy: the ``tf.distribute`` strategy it was traced under.
+        devices: the local replica devices, in replica order (full device strings).
+        losses: each replica's forward-pass loss tensor (``"node:index"``).
+        call_time: ``(placeholder name, closure)`` of each value TensorFlow computes at
+            call time (collective instance keys); the closure returns a list holding
+            one tensor.
+        num_args: arguments of the replica function.
+    """
+
+    traced: Any
+    strategy: Any
+    devices: list[str]
+    losses: list[str]
+    call_time: list[tuple[str, Callable[[], Any]]]
+    num_args: int
+
+    @property
+    def num_replicas(self) -> int:
+        return len(self.devices)
+
+    def run_original(self, *args: Any) -> list[Any]:
+        """One step of the traced ``tf.function`` itself (no rewrite), each replica's
+        loss; ``args`` as for :class:`PlannedStep`. The reference a plan is judged by."""
+        keys = {name for name, _ in self.call_time}
+        flat = flat_arguments(self, args)
+        data = [a for name, a in zip(self.traced.inputs, flat, strict=True) if name not in keys]
+        return list(self.traced.concrete_function(*data))
+
+
+def trace(strategy: Any, replica_fn: Callable[..., Any], *specs: Any) -> DistributedTraced:
+    """Traces ``strategy.run(replica_fn, args)`` into one flat GraphDef.
+
+    Args:
+        strategy: a ``tf.distribute.MirroredStrategy`` or
+            ``MultiWorkerMirroredStrategy``; the model and optimizer must have been
+            built under its scope, the optimizer's slots included.
+        replica_fn: the per-replica training step: forward under ``tf.GradientTape``,
+            ``tape.gradient``, ``optimizer.apply_gradients`` (which all-reduces the
+            gradients across replicas); returns the replica's loss (a float scalar).
+        *specs: one fully defined ``tf.TensorSpec`` per argument of ``replica_fn``,
+            for ONE replica's share of the batch.
+
+    Returns:
+        A :class:`DistributedTraced`.
+
+    Raises:
+        ShapeError, UnsupportedGraphError: see :func:`hybridplan.trace`.
+        InvalidArgumentError: a replica's loss is not placed on its replica's device.
+
+    Example::
+
+        dt = trace(strategy, replica_step, tf.TensorSpec([4, 32]), tf.TensorSpec([4, 1]))
+    """
+    import tensorflow as tf
+
+    from .tracing import trace as trace_flat
+
+    devices = list(strategy.extended.worker_devices)
+    n, a = len(devices), len(specs)
+
+    def step(*flat: Any) -> Any:
+        per_arg = [flat[i * n : (i + 1) * n] for i in range(a)]
+        # Global replica id -> local: MultiWorkerMirroredStrategy numbers the replicas
+        # of worker t from t * n (every worker has n local replicas).
+        args = [
+            strategy.experimental_distribute_values_from_function(
+                lambda ctx, v=values: v[ctx.replica_id_in_sync_group % n]
+            )
+            for values in per_arg
+        ]
+        per = strategy.run(replica_fn, args=tuple(args))
+        return tuple(strategy.experimental_local_results(per))
+
+    flat_specs = [s for s in specs for _ in range(n)]
+    traced = trace_flat(step, *flat_specs)
+    graph = traced.concrete_function.graph
+    captures = graph.function_captures
+    by_ref = [(t.op.name, captures.by_ref_external[k]) for k, t in captures.by_ref_internal.items()]
+    losses = [_through_identities(traced.graph_def, out) for out in traced.outputs]
+    dt = DistributedTraced(traced, strategy, devices, losses, by_ref, a)
+    _check_losses(dt)
+    del tf
+    return dt
+
+
+def trace_keras(
+    strategy: Any,
+    model: Any,
+    optimizer: Any,
+    loss_fn: Any,
+    x_spec: Any,
+    y_spec: Any,
+) -> DistributedTraced:
+    """Traces the standard Keras step of ``model`` under ``strategy``.
+
+    Each replica computes ``sum(loss_fn(y, model(x))) / global_batch`` (the scaling of
+    ``tf.nn.compute_average_loss``) plus its share of ``model.losses``; the gradients
+    are all-reduced by ``optimizer.apply_gradients``. ``x_spec`` and ``y_spec`` are ONE
+    replica's batch. ``loss_fn`` must reduce with ``"sum"`` or ``"none"`` (a Keras loss
+    built with ``reduction="sum"``); ``model`` and ``optimizer`` must be built (the
+    optimizer with ``optimizer.build(model.trainable_variables)``) under
+    ``strategy.scope()``.
+
+    Example::
+
+        with strategy.scope():
+            model = make_model(); opt = keras.optimizers.SGD(0.1)
+            opt.build(model.trainable_variables)
+        dt = trace_keras(strategy, model, opt, keras.losses.MeanSquaredError(
+            reduction="sum"), tf.TensorSpec([4, 32]), tf.TensorSpec([4, 1]))
+    """
+    import tensorflow as tf
+
+    n = strategy.num_replicas_in_sync
+    global_batch = int(x_spec.shape[0]) * n
+
+    def replica_step(x: Any, y: Any) -> Any:
+        with tf.GradientTape() as tape:
+            per_example = loss_fn(y, model(x, training=True))
+            loss = tf.reduce_sum(per_example) / global_batch
+            if model.losses:
+                loss = loss + tf.add_n(model.losses) / n
+        grads = tape.gradient(loss, model.trainable_variables)
+        optimizer.apply_gradients(zip(grads, model.trainable_variables, strict=True))
+        return loss
+
+    return trace(strategy, replica_step, x_spec, y_spec)
+
+
+def _through_identities(graph_def: Any, tensor: str) -> str:
+    """Follows ``Identity`` data inputs back from ``tensor`` (bounded by graph size)."""
+    by_name = {n.name: n for n in graph_def.node}
+    for _ in range(len(graph_def.node) + 1):
+        node = by_name[tensor.rsplit(":", 1)[0]]
+        data = [i for i in node.input if not i.startswith("^")]
+        if node.op != "Identity" or not data:
+            break
+        tensor = data[0] if ":" in data[0] else f"{data[0]}:0"
+    return tensor
+
+
+def _check_losses(dt: DistributedTraced) -> None:
+    devices = node_devices(dt.traced.graph_def, dt.traced.captures)
+    index = {n.name: i for i, n in enumerate(dt.traced.graph_def.node)}
+    for r, (loss, device) in enumerate(zip(dt.losses, dt.devices, strict=True)):
+        placed = devices[index[loss.rsplit(":", 1)[0]]]
+        if not _same_device(placed, device):
+            raise InvalidArgumentError(
+                f"replica {r}'s loss {loss} is placed on {placed or 'no device'}, not on its "
+                f"replica device {device}; return the loss computed inside replica_fn"
+            )
+
+
+# --------------------------------------------------------------------------- devices
+
+
+def _spec(device: str) -> Any:
+    import tensorflow as tf
+
+    return tf.DeviceSpec.from_string(device)
+
+
+def _same_device(a: str, b: str) -> bool:
+    """Same device type and index; job, replica and task equal where both give one."""
+    if not a or not b:
+        return False
+    x, y = _spec(a), _spec(b)
+    if (x.device_type, x.device_index) != (y.device_type, y.device_index):
+        return False
+    return all(
+        u is None or v is None or u == v
+        for u, v in ((x.job, y.job), (x.replica, y.replica), (x.task, y.task))
+    )
+
+
+def node_devices(graph_def: Any, captures: Sequence[tuple[Any, str]] = ()) -> list[str]:
+    """The device each node of ``graph_def`` runs on, as far as the graph says (``""``
+    where it does not).
+
+    A node's own ``device`` wins. A captured placeholder takes the device of the eager
+    handle it stands for (``captures`` as in :attr:`hybridplan.Traced.captures`). An
+    unplaced node that reads a resource takes that resource's device (TensorFlow
+    colocates ops with the resources they read). An unplaced argument placeholder takes
+    the device of its data readers when they all agree. Other unplaced nodes (output
+    ``Identity``\\ s, ``NoOp`` groups) stay ``""``: they belong to no replica.
+
+    Complexity:
+        O(N + E) dictionary operations in Python.
+    """
+    nodes = graph_def.node
+    index = {n.name: i for i, n in enumerate(nodes)}
+    devices = [n.device for n in nodes]
+    handle_device = {name: getattr(h, "device", "") for h, name in captures}
+    for i, node in enumerate(nodes):
+        if not devices[i] and node.name in handle_device:
+            devices[i] = handle_device[node.name]
+    for i, node in enumerate(nodes):
+        if devices[i]:
+            continue
+        for text in node.input:
+            j = index.get(text.lstrip("^").split(":")[0])
+            if text.startswith("^") or j is None or not devices[j]:
+                continue
+            if nodes[j].op == "Placeholder" and nodes[j].attr["dtype"].type == _RESOURCE:
+                devices[i] = devices[j]
+                break
+    readers: dict[int, set[str]] = {}
+    for i, node in enumerate(nodes):
+        for text in node.input:
+            j = index.get(text.split(":")[0])
+            if not text.startswith("^") and j is not None and nodes[j].op == "Placeholder":
+                readers.setdefault(j, set()).add(devices[i])
+    for j, seen in readers.items():
+        if not devices[j] and len(seen) == 1:
+            devices[j] = next(iter(seen))
+    return devices
+
+
+# --------------------------------------------------------------------------- sub-graphs
+
+
+def replica_subgraph(graph_def: Any, members: Sequence[int]) -> Any:
+    """The sub-GraphDef of the nodes at positions ``members`` (ascending).
+
+    Node ``k`` of the result is ``graph_def.node[members[k]]``, with its inputs from
+    non-members replaced: a data input by a ``Placeholder`` (same dtype and
+    ``_output_shapes``; one per tensor, named ``hybridplan/boundary/<j>``, appended
+    after the members), a control input dropped. The input is not modified.
+
+    Complexity:
+        O(size of the member nodes) in Python.
+    """
+    from tensorflow.core.framework import graph_pb2
+
+    from .rewriting import _output_dtypes
+
+    nodes = graph_def.node
+    inside = {nodes[i].name for i in members}
+    by_name = {n.name: n for n in nodes}
+    sub = graph_pb2.GraphDef()
+    sub.versions.CopyFrom(graph_def.versions)
+    boundary: dict[str, str] = {}
+    for i in members:
+        node = sub.node.add()
+        node.CopyFrom(nodes[i])
+        kept = []
+        for text in node.input:
+            name = text.lstrip("^").split(":")[0]
+            if name in inside:
+                kept.append(text)
+            elif not text.startswith("^"):
+                if text not in boundary:
+                    boundary[text] = f"hybridplan/boundary/{len(boundary)}"
+                kept.append(boundary[text])
+        del node.input[:]
+        node.input.extend(kept)
+    for text, name in boundary.items():
+        producer, _, k = text.partition(":")
+        _boundary_placeholder(sub, name, by_name[producer], int(k or 0), _output_dtypes)
+    return sub
+
+
+def _boundary_placeholder(
+    sub: Any, name: str, producer: Any, k: int, output_dtypes: Callable[[Any], list[int]]
+) -> None:
+    node = sub.node.add()
+    node.name, node.op = name, "Placeholder"
+    node.attr["dtype"].type = output_dtypes(producer)[k]
+    shapes = producer.attr["_output_shapes"].list.shape if "_output_shapes" in producer.attr else []
+    if k < len(shapes):
+        node.attr["shape"].shape.CopyFrom(shapes[k])
+        node.attr["_output_shapes"].list.shape.add().CopyFrom(shapes[k])
+
+
+# --------------------------------------------------------------------------- planning
+
+
+@dataclass(frozen=True)
+class ReplicaPlan:
+    """One replica's part of a :class:`DistributedResult`.
+
+    Attributes:
+        replica: replica index.
+        device: the replica's device (full device string).
+        host: the host device its swaps copy to.
+        budget: the device's budget in bytes (persistent bytes included).
+        members: full-graph positions of the replica's nodes (sub-graph order).
+        plan: its :class:`~hybridplan.Plan` (indices into the sub-graph).
+        summary: what the rewrite inserted for it (a ``RewriteSummary``), or None when
+            the replica already fits.
+    """
+
+    replica: int
+    device: str
+    host: str
+    budget: int
+    members: tuple[int, ...]
+    plan: Any
+    summary: Any
+
+
+@dataclass(frozen=True)
+class DistributedResult:
+    """What :func:`apply` returns: the rewritten GraphDef and every replica's plan."""
+
+    graph_def: Any
+    replicas: tuple[ReplicaPlan, ...]
+
+    @property
+    def inserted(self) -> tuple[str, ...]:
+        """Every inserted node name, all replicas."""
+        return tuple(n for r in self.replicas if r.summary for n in r.summary.inserted)
+
+
+def _per_device(value: Any, device: str, r: int, what: str) -> Any:
+    if isinstance(value, Mapping) and not _looks_like_device_model(value):
+        for key, v in value.items():
+            if (isinstance(key, int) and key == r) or (
+                isinstance(key, str) and _same_device(key, device)
+            ):
+                return v
+        raise InvalidArgumentError(f"{what} gives nothing for replica {r} ({device})")
+    return value
+
+
+def _looks_like_device_model(value: Mapping) -> bool:
+    return "h2d_bandwidth" in value or "name" in value
+
+
+def host_for(device: str, host: str) -> str:
+    """``host`` (e.g. ``"/device:CPU:2"``) on the same job and task as ``device``."""
+    d, h = _spec(device), _spec(host)
+    return h.make_merged_spec(d.replace(device_type=None, device_index=None)).to_string()
+
+
+def apply(
+    dt: DistributedTraced,
+    budget: Any,
+    *,
+    host: str | None = None,
+    strategy: str = "hybrid",
+    device: str | dict | os.PathLike | Mapping = "v100-nvlink2",
+    target: str = "gpu",
+    min_bytes: int = 1 << 16,
+    **plan_options: Any,
+) -> DistributedResult:
+    """Plans every replica's part of the step against its own budget and link, and
+    writes all plans into one new GraphDef.
+
+    Args:
+        dt: the traced step (:func:`trace`, :func:`trace_keras`).
+        budget: bytes per device (persistent bytes included), as for
+            :func:`hybridplan.plan`; or a mapping from replica index or device string
+            to each device's budget.
+        host: the host device the swaps copy to, e.g. ``"/device:CPU:2"`` on CPU
+            emulation; it is taken on each replica's own job and task. Default:
+            ``"/device:CPU:0"`` for ``target="gpu"``; required for ``"cpu-emulation"``
+            (a logical CPU no replica runs on).
+        strategy, min_bytes: as for :func:`hybridplan.plan`.
+        device: the device model (preset, dict or file), or a mapping from replica index
+            or device string to one.
+        target: ``"gpu"`` or ``"cpu-emulation"`` (the swap ops, see
+            :func:`hybridplan.rewrite`).
+        **plan_options: further :func:`hybridplan.plan` options (``exclude_types`` is
+            extended with the collective op types present).
+
+    Returns:
+        :class:`DistributedResult`; ``dt`` is not modified.
+
+    Raises:
+        BudgetError: a replica's plan does not fit (the message names the device).
+        InvalidArgumentError: no host for CPU emulation, a host that is a replica
+            device, a budget or device mapping that misses a replica.
+        UnsupportedGraphError: a plan names a node outside its replica.
+
+    Example::
+
+        r = apply(dt, {0: "12GiB", 1: "16GiB"}, device="a100-pcie4")
+    """
+    from tensorflow.core.framework import graph_pb2
+
+    from .planning import plan as plan_graph
+    from .rewriting import rewrite_with_summary
+
+    host = _default_host(dt, host, target)
+    full = dt.traced.graph_def
+    devices = node_devices(full, dt.traced.captures)
+    out = graph_pb2.GraphDef()
+    out.CopyFrom(full)
+    replicas = []
+    for r, dev in enumerate(dt.devices):
+        members = [i for i, d in enumerate(devices) if _same_device(d, dev)]
+        sub = replica_subgraph(full, members)
+        nbytes = _per_device(budget, dev, r, "budget")
+        options = dict(plan_options)
+        options["exclude_types"] = _collective_types(sub, options.get("exclude_types"))
+        p = _plan_replica(plan_graph, sub, nbytes, r, dev, strategy, device, dt, min_bytes, options)
+        summary = None
+        if not p.is_empty:
+            spec = _to_full(p.rewrite_spec(), members, dev)
+            rh = host_for(dev, host)
+            rewritten = rewrite_with_summary(
+                out, spec, target=target, device=dev, host=rh, prefix=f"hybridplan/r{r}"
+            )
+            out, summary = rewritten.graph_def, rewritten.summary
+        replicas.append(
+            ReplicaPlan(r, dev, host_for(dev, host), p.budget, tuple(members), p, summary)
+        )
+    return DistributedResult(out, tuple(replicas))
+
+
+def _default_host(dt: DistributedTraced, host: str | None, target: str) -> str:
+    if host is None:
+        if target != "gpu":
+            raise InvalidArgumentError(
+                f"target={target!r} needs host=: a logical CPU no replica runs on, e.g. "
+                f"'/device:CPU:{len(dt.devices)}' after setup_cpu_emulation("
+                f"{len(dt.devices) + 1})"
+            )
+        host = "/device:CPU:0"
+    for dev in dt.devices:
+        if _same_device(host_for(dev, host), dev):
+            raise InvalidArgumentError(
+                f"host {host} is replica device {dev}: swaps would copy to the device itself"
+            )
+    return host
+
+
+def _collective_types(sub: Any, given: Sequence[str] | str | None) -> list[str]:
+    excluded = [given] if isinstance(given, str) else list(given or [])
+    present = {n.op for n in sub.node if n.op.startswith(_COLLECTIVE_PREFIXES)}
+    return sorted(set(excluded) | present)
+
+
+def _plan_replica(
+    plan_graph: Callable[..., Any],
+    sub: Any,
+    nbytes: Any,
+    r: int,
+    dev: str,
+    strategy: str,
+    device: Any,
+    dt: DistributedTraced,
+    min_bytes: int,
+    options: dict,
+) -> Any:
+    try:
+        return plan_graph(
+            sub.SerializeToString(),
+            nbytes,
+            strategy=strategy,
+            device=_per_device(device, dev, r, "device"),
+            loss=dt.losses[r],
+            min_bytes=min_bytes,
+            **options,
+        )
+    except BudgetError as e:
+        raise BudgetError(f"replica {r} ({dev}): {e}", e.budget, e.best_peak, e.strategy) from None
+
+
+def _to_full(spec: Mapping[str, Any], members: Sequence[int], dev: str) -> dict:
+    """The rewrite spec of a sub-graph plan, with full-graph node positions."""
+
+    def at(k: Any) -> int:
+        k = int(k)
+        if not 0 <= k < len(members):
+            raise UnsupportedGraphError(
+                f"the plan for {dev} names sub-graph node {k}, a boundary placeholder (a "
+                "tensor made on another device); please report it with the graph"
+            )
+        return members[k]
+
+    def many(ks: Sequence[Any]) -> list[int]:
+        return [at(k) for k in ks]
+
+    swaps = [
+        {
+            "node": at(s["node"]),
+            "output": s["output"],
+            "after": at(s["after"]),
+            "release": None if s.get("release") is None else at(s["release"]),
+            "ins": [
+                {
+                    "trigger": at(i["trigger"]),
+                    "consumers": many(i["consumers"]),
+                    "clone_consumers": many(i["clone_consumers"]),
+                }
+                for i in s["ins"]
+            ],
+        }
+        for s in spec["swaps"]
+    ]
+    recomputes = [
+        {
+            "nodes": many(rc["nodes"]),
+            "trigger": at(rc["trigger"]),
+            "consumers": many(rc["consumers"]),
+            "clone_consumers": many(rc["clone_consumers"]),
+        }
+        for rc in spec["recomputes"]
+    ]
+    return {"swaps": swaps, "recomputes": recomputes}
+
+
+# --------------------------------------------------------------------------- running
+
+
+class PlannedStep:
+    """A (possibly rewritten) distributed step that trains the real variables.
+
+    ``step(x, y)`` takes each argument as the global batch (split evenly along axis 0,
+    replica 0 first, as ``strategy.experimental_distribute_dataset`` splits it), as a
+    ``tf.distribute`` per-replica value, or as a list with one tensor per replica. It
+    returns the sum of the replicas' losses (for :func:`trace_keras`, the global
+    mean loss); :meth:`run` returns each replica's loss.
+    """
+
+    def __init__(self, dt: DistributedTraced, result: DistributedResult | Any = None):
+        from .runner import compile_step
+
+        self.dt = dt
+        self.result = result
+        gd = result.graph_def if isinstance(result, DistributedResult) else result
+        self.graph_def = gd if gd is not None else dt.traced.graph_def
+        self._step = compile_step(dt.traced, self.graph_def)
+
+    def arguments(self, *args: Any) -> list[Any]:
+        """The flat argument list of the traced step (call-time keys included)."""
+        return flat_arguments(self.dt, args)
+
+    def run(self, *args: Any) -> list[Any]:
+        """One step; each replica's loss, in replica order."""
+        return self._step.run(*self.arguments(*args))
+
+    def __call__(self, *args: Any) -> Any:
+        import tensorflow as tf
+
+        return tf.add_n(self.run(*args))
+
+
+def flat_arguments(dt: DistributedTraced, args: Sequence[Any]) -> list[Any]:
+    """Per-replica pieces of ``args`` plus fresh call-time values, in the traced order."""
+    import tensorflow as tf
+
+    if len(args) != dt.num_args:
+        raise InvalidArgumentError(f"the step takes {dt.num_args} argument(s), got {len(args)}")
+    n = dt.num_replicas
+    data: list[Any] = []
+    for a in args:
+        if hasattr(a, "values") and not isinstance(a, (np.ndarray, tf.Tensor)):
+            parts = list(dt.strategy.experimental_local_results(a))
+        elif isinstance(a, (list, tuple)):
+            parts = list(a)
+        else:
+            parts = tf.split(tf.convert_to_tensor(a), n, axis=0)
+        if len(parts) != n:
+            raise InvalidArgumentError(f"an argument has {len(parts)} parts for {n} replicas")
+        data.extend(parts)
+    keys = {name: closure()[0] for name, closure in dt.call_time}
+    it = iter(data)
+    return [keys[name] if name in keys else next(it) for name in dt.traced.inputs]
+
+
+# --------------------------------------------------------------------------- measuring
+
+
+def measure(
+    dt: DistributedTraced,
+    graph_def: Any = None,
+    batches: Callable[[int], Sequence[Any]] | None = None,
+    steps: int = 3,
+    *,
+    num_cpus: int,
+    warmup: int = 1,
+) -> Any:
+    """Runs the step in a Session on CPU emulation and measures every device's peak.
+
+    As :func:`hybridplan.measure` (allocation records replayed per device, copies of
+    the variables, the caller's untouched), but each variable copy lives on its
+    replica's device and each collective gets its call-time instance key.
+
+    Args:
+        dt: the traced step.
+        graph_def: what to run; ``dt.traced.graph_def`` when None.
+        batches: ``seed -> (x, y, ...)`` global batches (split as by :class:`PlannedStep`).
+        steps: traced steps (after ``warmup`` untraced ones).
+        num_cpus: logical CPUs of the Session (replicas + host).
+
+    Returns:
+        A :class:`hybridplan.measuring.Measurement` (``peak_bytes`` per device, every
+        step's replica losses in ``losses``, the variables in ``weights``).
+    """
+    from . import measuring
+
+    if batches is None:
+        raise InvalidArgumentError("measure needs batches: seed -> (x, y, ...)")
+    sess, feeds, fetches, variables = _session(dt, graph_def, num_cpus)
+    losses: list[np.ndarray] = []
+
+    def run(seed: int, options: Any) -> Any:
+        import tensorflow as tf
+
+        # Arguments (and fresh instance keys) are made eagerly, outside the Session's graph.
+        flat = [np.asarray(v) for v in flat_arguments(dt, tuple(batches(seed)))]
+        metadata = tf.compat.v1.RunMetadata()
+        feed = dict(zip(feeds, flat, strict=True))
+        losses.append(np.asarray(sess.run(fetches, feed, options, run_metadata=metadata)))
+        return metadata
+
+    try:
+        for s in range(warmup):
+            run(s, None)
+        peaks, timeline = measuring._traced_steps(run, range(warmup, warmup + steps), "")
+        weights = [np.asarray(w) for w in sess.run(variables)]
+    finally:
+        sess.close()
+    return measuring.Measurement(
+        device="",
+        peak_bytes={k: max(v) for k, v in peaks.items()},
+        step_peaks=peaks,
+        step_times=[],
+        timeline_us=timeline[0],
+        timeline_bytes=timeline[1],
+        losses=losses,
+        weights=weights,
+    )
+
+
+def _session(dt: DistributedTraced, graph_def: Any, num_cpus: int) -> tuple:
+    """A Session over a new graph: the step, variable copies on their own devices."""
+    import tensorflow as tf
+
+    from .measuring import session_config
+
+    traced = dt.traced
+    source = traced.graph_def if graph_def is None else graph_def
+    known = {id(v.handle): v.numpy() for v in traced.variables}
+    graph = tf.Graph()
+    with graph.as_default():
+        input_map, feeds, variables = {}, [], []
+        for spec, name in zip(traced.input_specs, traced.inputs, strict=True):
+            ph = tf.compat.v1.placeholder(spec.dtype, spec.shape, name=f"feed/{name}")
+            input_map[f"{name}:0"] = ph
+            feeds.append(ph)
+        for i, (handle, name) in enumerate(traced.captures):
+            value = known.get(id(handle))
+            with tf.device(handle.device):
+                if value is None and handle.dtype != tf.resource:
+                    input_map[f"{name}:0"] = tf.constant(np.asarray(handle), name=f"capture/{i}")
+                    continue
+                # A resource that is no tf.Variable the step knows of is a collective's
+                # ordering token (a scalar variable only used to order launches).
+                initial = value if value is not None else np.float32(0)
+                copy = tf.Variable(initial, name=f"capture/{i}", trainable=False)
+            if value is not None:
+                variables.append(copy)
+            input_map[f"{name}:0"] = copy.handle
+        gd = tf.compat.v1.GraphDef()
+        gd.CopyFrom(source)
+        fetches = tf.graph_util.import_graph_def(
+            gd, input_map=input_map, return_elements=list(traced.outputs), name="step"
+        )
+        init = tf.compat.v1.global_variables_initializer()
+    config = session_config(num_cpus, inter_op_threads=1)
+    sess = tf.compat.v1.Session(graph=graph, config=config)
+    sess.run(init)
+    return sess, feeds, list(fetches), variables
