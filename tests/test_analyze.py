@@ -194,3 +194,20 @@ def test_analyze_resnet50_at_224():
     assert 190e6 < a.persistent_bytes < 230e6
     top = a.live_at_peak(5)
     assert len(top) == 5 and top[0].bytes >= top[-1].bytes > 0
+
+
+@pytest.mark.parametrize("kind", ["residual", "transformer", "mixed", "dag"])
+def test_synthetic_steps_are_graphs_tensorflow_accepts(kind):
+    """The generator's GraphDefs import into TensorFlow and analyse as training
+    steps: forward, backward and update parts, a loss, a peak above the variables."""
+    import tensorflow as tf
+    from tensorflow.core.framework import graph_pb2
+
+    data = hybridplan.synthetic_graphdef(3000, kind, batch=2, size=8, channels=16)
+    gd = graph_pb2.GraphDef.FromString(data)
+    assert 2000 < len(gd.node) < 4000
+    with tf.Graph().as_default():
+        tf.graph_util.import_graph_def(gd, name="")
+    a = hybridplan.analyze(data)
+    assert a.loss is not None and a.peak_bytes > a.persistent_bytes > 0
+    assert all(a.phases[p] > 0 for p in ("forward", "backward", "update"))

@@ -18,8 +18,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         None | Some("mixed") => SynthKind::Mixed,
         Some("residual") => SynthKind::Residual,
         Some("transformer") => SynthKind::Transformer,
+        Some("dag") => SynthKind::Dag,
         Some(k) => {
-            return Err(format!("unknown kind '{k}': residual, transformer or mixed").into())
+            return Err(format!("unknown kind '{k}': residual, transformer, mixed or dag").into())
         }
     };
     let target: usize = match args.get(1) {

@@ -36,6 +36,7 @@ fn corpus() -> Vec<Vec<u8>> {
         SynthKind::Residual,
         SynthKind::Transformer,
         SynthKind::Mixed,
+        SynthKind::Dag,
     ]
     .into_iter()
     .enumerate()

@@ -44,7 +44,8 @@ fn kind() -> impl Strategy_<Value = SynthKind> {
     prop_oneof![
         Just(SynthKind::Residual),
         Just(SynthKind::Transformer),
-        Just(SynthKind::Mixed)
+        Just(SynthKind::Mixed),
+        Just(SynthKind::Dag)
     ]
 }
 use proptest::strategy::Strategy as Strategy_;

@@ -386,7 +386,8 @@ fn synth_spec() -> impl Strategy<Value = SynthSpec> {
     let kind = prop_oneof![
         Just(SynthKind::Residual),
         Just(SynthKind::Transformer),
-        Just(SynthKind::Mixed)
+        Just(SynthKind::Mixed),
+        Just(SynthKind::Dag)
     ];
     let dtype = prop_oneof![
         Just(DType::FLOAT),

@@ -293,11 +293,12 @@ fn synthetic_graphdef<'py>(
         "residual" => SynthKind::Residual,
         "transformer" => SynthKind::Transformer,
         "mixed" => SynthKind::Mixed,
+        "dag" => SynthKind::Dag,
         _ => {
             return Err(errors::to_py(
                 py,
                 core::PlanError::InvalidArgument(format!(
-                    "unknown synthetic kind '{kind}': use residual, transformer or mixed"
+                    "unknown synthetic kind '{kind}': use residual, transformer, mixed or dag"
                 )),
             ))
         }
