@@ -135,8 +135,6 @@ def trace(strategy: Any, replica_fn: Callable[..., Any], *specs: Any) -> Distrib
 
         dt = trace(strategy, replica_step, tf.TensorSpec([4, 32]), tf.TensorSpec([4, 1]))
     """
-    import tensorflow as tf
-
     from .tracing import trace as trace_flat
 
     devices = list(strategy.extended.worker_devices)
@@ -163,7 +161,6 @@ def trace(strategy: Any, replica_fn: Callable[..., Any], *specs: Any) -> Distrib
     losses = [_through_identities(traced.graph_def, out) for out in traced.outputs]
     dt = DistributedTraced(traced, strategy, devices, losses, by_ref, a)
     _check_losses(dt)
-    del tf
     return dt
 
 
