@@ -1135,7 +1135,7 @@ impl Gen {
             let span = (hi - lo) as u64;
             for j in 0..DAG_WIDTH {
                 let k = nodes.len();
-                let nsrc = if span > 1 && splitmix(&mut rng) % 2 == 0 {
+                let nsrc = if span > 1 && splitmix(&mut rng).is_multiple_of(2) {
                     2
                 } else {
                     1
