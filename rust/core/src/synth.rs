@@ -1127,7 +1127,7 @@ impl Gen {
             out: x,
         };
         let mut nodes = vec![placeholder_node(input)];
-        let mut read = vec![false; 1 + DAG_LAYERS * DAG_WIDTH];
+        let mut read = [false; 1 + DAG_LAYERS * DAG_WIDTH];
         for l in 1..=DAG_LAYERS {
             // Candidates: the two layers before (layer 0 is the input alone).
             let lo = if l <= 2 { 0 } else { 1 + (l - 3) * DAG_WIDTH };
