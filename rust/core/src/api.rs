@@ -34,7 +34,7 @@ pub struct Figures {
 }
 
 impl Figures {
-    fn of(sim: &SimResult, plan: &Plan) -> Self {
+    pub(crate) fn of(sim: &SimResult, plan: &Plan) -> Self {
         Figures {
             peak_bytes: sim.peak_bytes,
             step_time_s: sim.step_time_s,
@@ -239,7 +239,7 @@ pub fn check_supported(g: &Graph) -> Result<()> {
     Ok(())
 }
 
-fn swap_decisions(g: &Graph, plan: &Plan) -> Vec<SwapDecision> {
+pub(crate) fn swap_decisions(g: &Graph, plan: &Plan) -> Vec<SwapDecision> {
     plan.swaps
         .iter()
         .map(|s| {
@@ -270,7 +270,7 @@ fn swap_decisions(g: &Graph, plan: &Plan) -> Vec<SwapDecision> {
         .collect()
 }
 
-fn recompute_decisions(g: &Graph, plan: &Plan, times: &[f64]) -> Vec<RecomputeDecision> {
+pub(crate) fn recompute_decisions(g: &Graph, plan: &Plan, times: &[f64]) -> Vec<RecomputeDecision> {
     plan.recomputes
         .iter()
         .map(|r| {

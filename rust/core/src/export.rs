@@ -200,6 +200,7 @@ pub fn evaluate(
     let (times, unknown_ops) = op_times(g, dev, profile)?;
     let original = simulate(g, &a.schedule, &times, dev, &Plan::default())?;
     let planned = simulate(g, &a.schedule, &times, dev, plan)?;
+    let (swaps, recomputes) = decisions(g, plan, &times);
     let report = PlanReport {
         strategy_requested: strategy.into(),
         strategy: strategy.into(),
@@ -208,10 +209,10 @@ pub fn evaluate(
         persistent_bytes: g.persistent_bytes,
         num_nodes: g.num_nodes(),
         loss: (g.loss != NONE).then(|| g.tensor_name(g.loss)),
-        original: figures(&original, &Plan::default()),
-        planned: figures(&planned, plan),
-        swaps: swaps(g, plan),
-        recomputes: recomputes(g, plan, &times),
+        original: Figures::of(&original, &Plan::default()),
+        planned: Figures::of(&planned, plan),
+        swaps,
+        recomputes,
         unknown_ops,
         evaluations: 2,
         swap_options: 0,
@@ -233,64 +234,18 @@ pub fn plan_from_json(text: &str) -> Result<Plan> {
         .map_err(|e| PlanError::InvalidArgument(format!("the plan is not valid plan JSON: {e}")))
 }
 
-fn figures(sim: &SimResult, plan: &Plan) -> Figures {
-    Figures {
-        peak_bytes: sim.peak_bytes,
-        step_time_s: sim.step_time_s,
-        compute_time_s: sim.compute_time_s,
-        recompute_time_s: sim.recompute_time_s,
-        stall_time_s: sim.stall_time_s,
-        bytes_d2h: sim.bytes_d2h,
-        bytes_h2d: sim.bytes_h2d,
-        swaps: plan.swaps.len(),
-        swap_ins: plan.swaps.iter().map(|s| s.ins.len()).sum(),
-        clones: plan.recomputes.iter().map(|r| r.nodes.len()).sum(),
+/// The decisions of a plan written outside the core, for people: the
+/// planners' wording, with the reason saying who chose them.
+fn decisions(g: &Graph, plan: &Plan, times: &[f64]) -> (Vec<SwapDecision>, Vec<RecomputeDecision>) {
+    let mut sw = crate::api::swap_decisions(g, plan);
+    for d in &mut sw {
+        d.reason = format!("{} bytes; chosen by the caller's plan", d.bytes);
     }
-}
-
-fn swaps(g: &Graph, plan: &Plan) -> Vec<SwapDecision> {
-    let name = |v: u32| g.nodes[v as usize].name.to_string();
-    plan.swaps
-        .iter()
-        .map(|s| {
-            let t = &g.tensors[s.tensor as usize];
-            SwapDecision {
-                tensor: g.tensor_name(s.tensor),
-                node: t.node,
-                output: t.index,
-                bytes: t.bytes,
-                after: s.after,
-                ins: (s.ins.iter())
-                    .map(|i| {
-                        let c = (i.consumers.clone(), i.clone_consumers.clone());
-                        (i.trigger, name(i.trigger), c.0, c.1)
-                    })
-                    .collect(),
-                release: (s.release != crate::graph::NONE).then(|| (s.release, name(s.release))),
-                reason: format!("{} bytes; chosen by the caller's plan", t.bytes),
-            }
-        })
-        .collect()
-}
-
-fn recomputes(g: &Graph, plan: &Plan, times: &[f64]) -> Vec<RecomputeDecision> {
-    let name = |v: u32| g.nodes[v as usize].name.to_string();
-    plan.recomputes
-        .iter()
-        .map(|r| RecomputeDecision {
-            nodes: r.nodes.clone(),
-            names: r.nodes.iter().map(|&v| name(v)).collect(),
-            trigger: r.trigger,
-            trigger_name: name(r.trigger),
-            consumers: r.consumers.clone(),
-            clone_consumers: r.clone_consumers.clone(),
-            reason: format!(
-                "{} op(s) re-run in {:.3e} s; chosen by the caller's plan",
-                r.nodes.len(),
-                r.nodes.iter().map(|&v| times[v as usize]).sum::<f64>()
-            ),
-        })
-        .collect()
+    let mut rc = crate::api::recompute_decisions(g, plan, times);
+    for d in &mut rc {
+        d.reason = format!("{}; chosen by the caller's plan", d.reason);
+    }
+    (sw, rc)
 }
 
 #[cfg(test)]

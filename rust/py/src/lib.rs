@@ -215,10 +215,7 @@ fn plan(
     let device = device.to_string();
     let profile = profile.unwrap_or_default();
     let out = run(py, move || {
-        let dev = match &device_json {
-            Some(j) => core::device::from_json(j)?,
-            None => core::device::preset(&device)?,
-        };
+        let dev = device_of(&device, device_json.as_deref())?;
         let tflms = tflms.map(|(threshold, ahead, groupby)| TflmsParams {
             threshold,
             ahead,
