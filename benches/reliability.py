@@ -61,6 +61,8 @@ def cases():
         ),
     )
     yield "declared length past the end", lambda: hybridplan.analyze(b"\x0a\xff\xff\xff\xff\x0f")
+    nested = _nested(100_000)
+    yield "unknown field nested 10^5 deep", lambda: hybridplan.analyze(nested)
     yield "10 MB node name", lambda: hybridplan.analyze(graph(("n" * 10_000_000, "Relu")))
     yield "no nodes", lambda: hybridplan.analyze(graph_pb2.GraphDef())
     yield (
@@ -119,11 +121,45 @@ def cases():
         "device file missing fields",
         lambda: hybridplan.plan(FIXTURE, "1GiB", device=tmp / "dev.json"),
     )
+    (tmp / "dev.toml").write_text('name = "x"\nflops_f32 = [1e12')
+    yield (
+        "TOML device file with a syntax error",
+        lambda: hybridplan.plan(FIXTURE, "1GiB", device=tmp / "dev.toml"),
+    )
     yield "unknown strategy", lambda: hybridplan.plan(FIXTURE, "1GiB", strategy="fast")
+    yield (
+        "include scope matching no node",
+        lambda: hybridplan.plan(FIXTURE, 1000, include_scopes=["no/such/scope"]),
+    )
+    yield (
+        "a scope both included and excluded",
+        lambda: hybridplan.plan(FIXTURE, 1000, include_scopes=["a"], exclude_scopes=["a/"]),
+    )
+    yield (
+        "tflms parameters with strategy recompute",
+        lambda: hybridplan.plan(FIXTURE, 1000, strategy="recompute", tflms={"threshold": 2}),
+    )
     yield "tflms with an unknown key", lambda: hybridplan.plan(FIXTURE, "1GiB", tflms={"x": 1})
     yield "missing file", lambda: hybridplan.analyze("/no/such.pb")
     yield "a directory", lambda: hybridplan.analyze(tmp)
     yield "not a graph at all (an int)", lambda: hybridplan.analyze(42)
+
+
+def _varint(n: int) -> bytes:
+    out = bytearray()
+    while True:
+        out.append((n & 0x7F) | (0x80 if n > 0x7F else 0))
+        n >>= 7
+        if not n:
+            return bytes(out)
+
+
+def _nested(depth: int) -> bytes:
+    """An unknown length-delimited field (number 111) nested ``depth`` deep."""
+    lengths = [0]
+    for _ in range(depth - 1):
+        lengths.append(2 + len(_varint(lengths[-1])) + lengths[-1])
+    return b"".join(b"\xfa\x06" + _varint(n) for n in reversed(lengths))
 
 
 def main() -> None:

@@ -264,3 +264,21 @@ def test_chen_recomputes_disjoint_spans_about_sqrt_many(synth):
     # graph has at least one segment per block, so several spans.
     assert 3 <= len(p.recomputes) <= len(nodes)
     assert p.planned.recompute_time_s > 0
+
+
+def test_a_forward_only_graph_has_nothing_to_plan():
+    from tensorflow.core.framework import graph_pb2
+
+    from graphs import node
+
+    gd = graph_pb2.GraphDef()
+    node(gd, "x", "Placeholder", shapes=[[1000]])
+    node(gd, "y", "Relu", ["x"], [[1000]])
+    node(gd, "z", "Relu", ["y"], [[1000]])
+    data = gd.SerializeToString()
+    # It fits: an empty plan, the graph unchanged.
+    p = hybridplan.plan(data, "1MiB")
+    assert p.is_empty and p.strategy == "none"
+    # It does not: there is nothing to swap or recompute, and the error says so.
+    with pytest.raises(hybridplan.UnsupportedGraphError, match="no backward pass"):
+        hybridplan.plan(data, 4096)

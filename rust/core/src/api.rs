@@ -159,6 +159,15 @@ pub fn plan_analysis(
             step_time_s: r.step_time_s,
         })
     };
+    if !a.graph.phase.iter().any(|&p| p == crate::graph::Phase::Backward)
+        && a.liveness.peak_bytes > opts.budget
+    {
+        // Nothing to plan: say so rather than search for swaps that cannot exist.
+        return Err(PlanError::NoBackward {
+            peak: a.liveness.peak_bytes,
+            budget: opts.budget,
+        });
+    }
     let planner = Planner::new(&ctx, opts, &judge)?;
     let planned: Planned = planner.run().map_err(|e| match e {
         PlanError::Budget {

@@ -35,6 +35,11 @@ pub enum PlanError {
         reason: String,
     },
 
+    /// The graph has no backward pass, so nothing can be swapped or
+    /// recomputed, and it does not fit the budget as it is.
+    #[error("the graph has no backward pass (no loss found, or no gradient op depends on it): there is nothing to swap or recompute, and its peak of {peak} bytes exceeds the budget of {budget} bytes; pass a training step's graph (forward, gradients, update) or name its loss with loss=...")]
+    NoBackward { peak: u64, budget: u64 },
+
     /// No plan of any strategy fits the budget.
     #[error("no plan fits the budget of {budget} bytes: the smallest peak reached is {best_peak} bytes (strategy '{strategy}'); raise the budget to at least {best_peak} bytes or shrink the batch")]
     Budget {

@@ -15,7 +15,9 @@ pub fn to_py(py: Python<'_>, e: PlanError) -> PyErr {
             ("InvalidGraphError", None)
         }
         PlanError::UnknownShape { .. } => ("ShapeError", None),
-        PlanError::Unsupported { .. } => ("UnsupportedGraphError", None),
+        PlanError::Unsupported { .. } | PlanError::NoBackward { .. } => {
+            ("UnsupportedGraphError", None)
+        }
         PlanError::Budget {
             budget,
             best_peak,
