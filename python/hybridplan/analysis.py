@@ -74,6 +74,14 @@ class Analysis:
         """GraphDef node index at each schedule position."""
         return self._core.order
 
+    #: Phase names, indexed by the codes of :meth:`node_phases`.
+    PHASES = ("forward", "backward", "update", "other")
+
+    def node_phases(self) -> np.ndarray:
+        """The phase code of every GraphDef node, by node index: 0 forward,
+        1 backward, 2 update, 3 other (see :attr:`PHASES` and docs/how-it-works.md)."""
+        return self._core.phase
+
     @property
     def phases(self) -> dict[str, int]:
         """Number of ops in each phase: forward, backward, update, other."""
