@@ -450,8 +450,10 @@ def small_cnn(
     filters: int = 8,
     optimizer: OptimizerArg = "sgd",
     seed: int = 0,
+    convs: int = 2,
 ) -> Workload:
-    """A small CNN for quick tests: 2x (Conv2D+BN+ReLU), MaxPool, Flatten, Dense.
+    """A small CNN for quick tests: Conv2D+BN+ReLU, MaxPool, then ``convs - 1``
+    more Conv2D+BN+ReLU, Flatten, Dense.
 
     Args:
         size: image height and width, even.
@@ -460,14 +462,16 @@ def small_cnn(
         filters: channels of the first convolution (doubled in the second).
         optimizer: ``"sgd"`` (momentum 0.9), ``"adam"`` or a Keras optimizer.
         seed: weight initialisation seed (sets Keras' global seed).
+        convs: convolutions (2: conv, pool, conv).
     """
-    _positive(size=size, batch=batch, classes=classes, filters=filters)
+    _positive(size=size, batch=batch, classes=classes, filters=filters, convs=convs)
     _multiple("small_cnn size", size, 2)
     keras.utils.set_random_seed(seed)
     inputs = keras.Input((size, size, 3), batch_size=batch)
     x = _conv_bn_relu(inputs, filters)
     x = keras.layers.MaxPool2D(2)(x)
-    x = _conv_bn_relu(x, filters * 2)
+    for _ in range(convs - 1):
+        x = _conv_bn_relu(x, filters * 2)
     x = keras.layers.Flatten()(x)
     outputs = keras.layers.Dense(classes)(x)
     model = keras.Model(inputs, outputs, name="small_cnn")
