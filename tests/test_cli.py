@@ -186,3 +186,17 @@ def test_trial_runs_both_steps_and_draws_the_measured_curve(tmp_path, capsys):
     assert code in (0, 6)  # 6: the measured peak exceeded the budget (printed)
     assert (rep / "memory.png").stat().st_size > 10_000
     assert "measured" in (rep / "report.html").read_text()
+
+
+@pytest.mark.slow
+def test_demo_quick(tmp_path, capsys):
+    """The README's main job, at a smaller stage-1 size: exit 0 means the
+    rewritten step matched the original bit for bit."""
+    out = tmp_path / "demo"
+    assert main(["demo", "--quick", "--out", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "match the original bit for bit" in text
+    assert "measured" in text and "predicted" in text
+    for f in ("report.html", "memory.png", "streams.png", "plan.json"):
+        assert (out / f).stat().st_size > 0
+    assert (out / "small_resnet" / "report.html").stat().st_size > 0
