@@ -1,10 +1,13 @@
-//! Benchmarks of the core's analysis phases on synthetic `Mixed` train
-//! steps of about 10^3, 10^4, 10^5 and 10^6 nodes.
+//! Benchmarks of the core's analysis phases on synthetic train steps: the
+//! `Mixed` residual/transformer steps of about 10^3, 10^4, 10^5 and 10^6
+//! nodes, and the random layered DAGs (`SynthKind::Dag`, the topology
+//! stress) of 10^3..10^5 nodes (10^6 too with `HYBRIDPLAN_BENCH_1E6=1`).
 //!
 //!     cargo bench -p hybridplan-core --bench core [-- FILTER]
 //!
-//! One group per size (`mixed_1e4/graph_from_bytes`, ...), each with the
-//! node count as its throughput, so criterion reports nodes per second:
+//! One group per kind and size (`mixed_1e4/graph_from_bytes`,
+//! `dag_1e4/schedule`, ...), each with the node count as its throughput, so
+//! criterion reports nodes per second:
 //! - `graph_from_bytes`: bytes to the built graph (phases and loss
 //!   inference included) by the direct route, as `analyze` does it;
 //! - `decode`, `build`: the reference route, for comparison:
@@ -15,6 +18,7 @@
 //!
 //! Target: `analyze_total` at 10^6 nodes under 0.5 s on one core, and the
 //! time per node at 10^6 at most 1.5x the time per node at 10^4.
+//! The planning phases and strategies are in `plan.rs`.
 
 use std::hint::black_box;
 use std::time::Duration;
@@ -24,8 +28,7 @@ use hybridplan_core::build::{build, graph_from_bytes, specs_from_raw, BuildOptio
 use hybridplan_core::synth::{self, SynthKind, SynthSpec};
 use hybridplan_core::{analyze, graphdef, liveness, schedule};
 
-fn bench_size(c: &mut Criterion, label: &str, target: usize) {
-    let kind = SynthKind::Mixed;
+fn bench_size(c: &mut Criterion, kind: SynthKind, tag: &str, label: &str, target: usize) {
     let spec = SynthSpec {
         kind,
         blocks: synth::blocks_for_nodes(kind, target),
@@ -38,7 +41,7 @@ fn bench_size(c: &mut Criterion, label: &str, target: usize) {
     let sched = schedule::schedule(&graph).unwrap();
     let nodes = graph.num_nodes() as u64;
 
-    let mut group = c.benchmark_group(format!("mixed_{label}"));
+    let mut group = c.benchmark_group(format!("{tag}_{label}"));
     group.throughput(Throughput::Elements(nodes));
     if target >= 100_000 {
         group
@@ -47,7 +50,7 @@ fn bench_size(c: &mut Criterion, label: &str, target: usize) {
             .warm_up_time(Duration::from_secs(1));
     }
     if target >= 1_000_000 {
-        group.measurement_time(Duration::from_secs(20));
+        group.measurement_time(Duration::from_secs(8));
     }
     group.bench_function("graph_from_bytes", |b| {
         b.iter(|| graph_from_bytes(black_box(&bytes), &opts).unwrap())
@@ -71,13 +74,20 @@ fn bench_size(c: &mut Criterion, label: &str, target: usize) {
 }
 
 fn benches(c: &mut Criterion) {
-    for (label, target) in [
+    let sizes = [
         ("1e3", 1_000),
         ("1e4", 10_000),
         ("1e5", 100_000),
         ("1e6", 1_000_000),
-    ] {
-        bench_size(c, label, target);
+    ];
+    for (label, target) in sizes {
+        bench_size(c, SynthKind::Mixed, "mixed", label, target);
+    }
+    let dag_1e6 = std::env::var("HYBRIDPLAN_BENCH_1E6").is_ok_and(|s| s == "1");
+    for (label, target) in sizes {
+        if target < 1_000_000 || dag_1e6 {
+            bench_size(c, SynthKind::Dag, "dag", label, target);
+        }
     }
 }
 
