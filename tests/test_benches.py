@@ -1,11 +1,15 @@
-"""Smoke test of the Python benchmarks: each runs with ``--quick`` and prints its tables.
+"""Smoke tests of the Python benchmarks.
 
-Each script runs in a subprocess (as a user would run it), on a 10^4-node synthetic
-graph; together they take about 15 s.
+``e2e.py`` and ``grappler_compare.py`` run with ``--quick`` in a subprocess (as a user
+would run them), on a 10^4-node synthetic graph; together they take about 15 s.
+``run_all.py``'s collection and report run in-process on a small made-up result (a
+criterion directory, facts lines, e2e rows), so that the report cannot rot unseen;
+nothing there is timed.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import subprocess
@@ -14,9 +18,10 @@ from pathlib import Path
 
 import pytest
 
-pytest.importorskip("tensorflow")
-
 BENCHES = Path(__file__).resolve().parent.parent / "benches"
+needs_tf = pytest.mark.skipif(
+    importlib.util.find_spec("tensorflow") is None, reason="needs TensorFlow"
+)
 
 
 def _run(script: str, tmp_path: Path) -> tuple[str, list[dict]]:
@@ -33,6 +38,7 @@ def _run(script: str, tmp_path: Path) -> tuple[str, list[dict]]:
     return proc.stdout, json.loads(out.read_text())
 
 
+@needs_tf
 def test_e2e_quick(tmp_path):
     text, rows = _run("e2e.py", tmp_path)
     assert "| graph | nodes |" in text and "mixed 1e4" in text
@@ -42,6 +48,7 @@ def test_e2e_quick(tmp_path):
     assert set(row["median"]) >= {"generate", "parse", "serialise", "core", "write_back"}
 
 
+@needs_tf
 def test_grappler_compare_quick(tmp_path):
     text, rows = _run("grappler_compare.py", tmp_path)
     assert "Grappler HEURISTICS" in text and "hybridplan hybrid" in text
@@ -56,3 +63,134 @@ def test_grappler_compare_quick(tmp_path):
     }
     # Grappler's recomputation pass inserts clones under its own prefix.
     assert row["grappler"]["RECOMPUTATION_HEURISTICS"]["counts"]["recomputed"] > 0
+
+
+# ---------------------------------------------------------------------------
+# run_all.py: collection and report on a made-up result.
+
+
+@pytest.fixture(scope="module")
+def run_all():
+    spec = importlib.util.spec_from_file_location("hybridplan_run_all", BENCHES / "run_all.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _write_result(root: Path, group: str, bench: str, nodes: int, ns: float) -> None:
+    """One benchmark as criterion 0.8 writes it (``<group>/<bench>/new/``)."""
+    new = root / group / bench / "new"
+    new.mkdir(parents=True)
+    meta = {"group_id": group, "function_id": bench, "value_str": None}
+    meta["throughput"] = {"Elements": nodes}
+    (new / "benchmark.json").write_text(json.dumps(meta))
+    point = {"point_estimate": ns, "standard_error": 1.0}
+    (new / "estimates.json").write_text(json.dumps({"mean": point, "median": point}))
+    (new / "sample.json").write_text(json.dumps({"iters": [1, 2], "times": [ns, 2.2 * ns]}))
+
+
+NODES = {"1e3": 900, "1e4": 10_000, "1e5": 100_000, "1e6": 1_000_000}
+
+
+def _made_up(tmp_path: Path) -> Path:
+    """Criterion results: 100 ns per node everywhere, except `hybrid` at 10^6 (200)."""
+    root = tmp_path / "criterion"
+    for size, n in NODES.items():
+        for phase in ("analyze_total", "schedule"):
+            _write_result(root, f"mixed_{size}", phase, n, 100.0 * n)
+            _write_result(root, f"dag_{size}", phase, n, 150.0 * n)
+        for phase in ("partition", "options", "swap", "hybrid", "hybrid_total"):
+            per = 200.0 if (phase, size) == ("hybrid", "1e6") else 100.0
+            _write_result(root, f"plan_mixed_{size}", phase, n, per * n)
+        _write_result(root, f"plan_dag_{size}", "hybrid", n, 300.0 * n)
+    _write_result(root, "real_small_cnn", "analyze_total", 221, 1e5)
+    _write_result(root, "real_small_cnn", "hybrid", 221, 3e5)
+    _write_result(root, "simulate", "1M nodes, empty plan", 0, 1e8)
+    return root
+
+
+def _facts() -> list[dict]:
+    fits = {"ok": True, "strategy": "swap", "planned_peak": 60, "original_step_s": 1.0}
+    fits.update(planned_step_s=1.25, swaps=3, recomputes=1, evaluations=7)
+    no_plan = {"ok": False, "error": "no plan fits the budget of 55 bytes: the smallest peak "}
+    no_plan["error"] += "reached is 80 bytes (strategy 'hybrid'); raise the budget"
+    base = {"nodes": 1, "budget": 55, "peak": 100, "persistent": 10}
+    return [
+        {"group": "plan_mixed_1e4", "bench": "hybrid", **base, **fits},
+        {"group": "plan_mixed_1e5", "bench": "hybrid", **base, **no_plan},
+        {"group": "real_small_cnn", "bench": "hybrid", **base, **fits},
+    ]
+
+
+def _e2e_row(nodes: int, apply_s: float) -> dict:
+    parts = dict.fromkeys(("generate", "analyze", "parse", "serialise", "core"), 0.1)
+    parts.update(write_back=0.2, apply=apply_s)
+    return {
+        "name": f"mixed {nodes:.0e}".replace("e+0", "e"),
+        "nodes": nodes,
+        "bytes": 100 * nodes,
+        "repeat": 1,
+        "runs": [parts],
+        "median": parts,
+        "inserted": {"swap_out": 4, "clones": 0},
+        "fraction": 0.5,
+        "rss_base_mib": 500.0,
+        "rss_mib": 900.0,
+    }
+
+
+def _memory(rss_peak: int) -> dict:
+    common = {"nodes_requested": 1_000_000, "tensorflow_loaded": False, "seconds": 2.0}
+    common.update(graph_bytes=175_000_000, rss_import=30 * 2**20, rss_graph=200 * 2**20)
+    analysed = {**common, "nodes": 999_864, "peak": 100, "persistent": 10, "rss_peak": 2**30}
+    return {"analyze": analysed, "plan": {**common, "rss_peak": rss_peak}}
+
+
+def test_collect_criterion_reads_only_this_runs_results(run_all, tmp_path):
+    root = _made_up(tmp_path)
+    rows = run_all.collect_criterion(root)
+    row = next(r for r in rows if (r["group"], r["bench"]) == ("plan_mixed_1e4", "hybrid"))
+    assert row["nodes"] == 10_000 and row["median_ns"] == 1e6
+    assert (row["min_ns"], row["max_ns"]) == (1e6, 1.1e6)
+    old = root / "mixed_1e3" / "schedule" / "new" / "estimates.json"
+    os.utime(old, (1, 1))  # an older run's result is left out
+    since = run_all.collect_criterion(root, since=1000.0)
+    assert ("mixed_1e3", "schedule") not in {(r["group"], r["bench"]) for r in since}
+    assert len(since) == len(rows) - 1
+
+
+def test_report_marks_each_target(run_all, tmp_path):
+    results = {
+        "meta": run_all.machine(["--made-up"]),
+        "quick": False,
+        "criterion": run_all.collect_criterion(_made_up(tmp_path)),
+        "facts": _facts(),
+        "traced": [{"model": "small_cnn", "args": "(defaults)", "seconds": 3.0}],
+        "e2e": [_e2e_row(10_000, 0.05), _e2e_row(1_000_000, 6.0)],
+        "memory": _memory(1_500_000_000),
+    }
+    results["meta"]["steps"] = [
+        {"step": "criterion", "seconds": 60.0, "load_before": [1, 2, 3], "load_after": [2, 2, 2]}
+    ]
+    verdicts = {t["target"]: t["met"] for t in run_all.targets(results)}
+    # 1 ms at 10^6 nodes; 6 s apply; 1.5 GB; 1.0x and 2.0x per node against 10^4.
+    assert list(verdicts.values()) == [True, False, True, True, False]
+
+    text = run_all.render(results)
+    assert "## The targets of issue 7" in text and "**not met**" in text
+    # The scaling table: 100 ns per node, and the 2.00x of `hybrid` at 10^6.
+    hybrid_row = next(x for x in text.splitlines() if x.startswith("| `hybrid` |"))
+    assert "| 100.0 |" in hybrid_row and hybrid_row.endswith("| 2.00x |")
+    assert "| `analyze_total` | 1e4 | 100.0 | 150.0 | 1.50x |" in text  # DAG vs mixed
+    assert "no plan (best peak 0.80 of the peak)" in text
+    assert "fits (swap): peak 0.60 of the original, step 1.25x" in text
+    assert "| small_cnn |" in text and "| mixed 1e6 |" in text  # real graphs, e2e
+    assert "1M nodes, empty plan" in text  # simulate
+
+
+def test_report_without_a_1e6_run_says_not_measured(run_all, tmp_path):
+    crit = [r for r in run_all.collect_criterion(_made_up(tmp_path)) if "1e6" not in r["group"]]
+    results = {"meta": run_all.machine([]), "quick": True, "criterion": crit, "facts": []}
+    assert {t["met"] for t in run_all.targets(results)} == {None}
+    text = run_all.render(results)
+    assert "Smoke run" in text and "not measured" in text
