@@ -6,7 +6,8 @@
 //! find among the options whose freed interval covers it the one with the
 //! most bytes per second of estimated cost (a swap costs its exposed
 //! transfer time plus `lambda` times its transfer time, so hidden swaps still
-//! prefer fewer link bytes; a recompute costs its clones' time), apply its
+//! prefer fewer link bytes; a recompute costs its clones' time and counts
+//! only the bytes it frees net of the inputs it keeps alive), apply its
 //! memory effect to the tree, and mark what it frees and what it pins (a
 //! recompute's inputs must stay; they can no longer be swapped or freed).
 //! A peak no remaining option covers is set aside and the next highest
@@ -136,8 +137,16 @@ fn index(ctx: &Ctx<'_>, pool: &Pool<'_>, lambda: f64) -> (Vec<(u32, u32, u32)>, 
     }
     for r in pool.recomputes {
         let lo = r.saved.iter().map(|&(_, le)| le).max().unwrap_or(r.trigger) + 1;
-        iv.push((score.len() as u32, lo, r.trigger));
-        score.push(r.bytes as f64 / (r.time_s + 1e-12));
+        // Net bytes: the inputs it keeps alive count against what it frees;
+        // an option freeing nothing net is never chosen.
+        let net = r.bytes.saturating_sub(r.extended);
+        if net > 0 {
+            iv.push((score.len() as u32, lo, r.trigger));
+        }
+        // Equal rates (a segment of k units frees k times the bytes in k
+        // times the time) go to the smaller option: it leaves the others free.
+        let small = 1.0 - 1e-6 * r.clones.len().min(1000) as f64;
+        score.push(small * net as f64 / (r.time_s + 1e-12));
     }
     (iv, score)
 }

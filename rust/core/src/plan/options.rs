@@ -188,6 +188,11 @@ pub struct RecomputeOpt {
     pub bytes: u64,
     /// Bytes of clone outputs nobody reads late (live while the clones run).
     pub transient: u64,
+    /// Bytes of the inputs whose buffers would otherwise be dead before the
+    /// clones run: the recompute keeps them alive up to its trigger, so it
+    /// frees `bytes - extended` at best (a clone of a `Relu` from the
+    /// `MatMul` output it read frees nothing).
+    pub extended: u64,
 }
 
 /// Most tensors one recompute option considers freeing (the largest).
@@ -309,6 +314,15 @@ fn finish_recompute(
         .collect();
     consumers.sort_unstable();
     consumers.dedup();
+    let l = ctx.l;
+    let mut owners: Vec<u32> = inputs.iter().map(|&x| l.owner[x as usize]).collect();
+    owners.sort_unstable();
+    owners.dedup();
+    let extended = owners
+        .iter()
+        .filter(|&&o| l.last_use[o as usize] < trigger)
+        .map(|&o| g.tensors[o as usize].bytes)
+        .sum();
     let saved_t: rustc_hash::FxHashSet<u32> = saved.iter().map(|c| c.tensor).collect();
     let transient = clones
         .iter()
@@ -326,5 +340,6 @@ fn finish_recompute(
         trigger,
         inputs,
         transient,
+        extended,
     })
 }
