@@ -178,11 +178,11 @@ def _original_step(traced: Any, peak: int, times: dict[int, float] | None) -> fl
 def interleaved_step_times(b: Bench, graphs: list[Any], rounds: int) -> list[float]:
     """Median wall seconds of one untraced step of each GraphDef (None: the original),
     the graphs run in turn in each round, so that a loaded machine slows them alike."""
-    config = tf.compat.v1.ConfigProto(device_count={"CPU": 2}, allow_soft_placement=True)
+    config = measuring.session_config(2, inter_op_threads=1)  # as measure() runs
     sessions, runs = [], []
     try:
         for gd in graphs:
-            graph, feeds, fetches, init = measuring._session_graph(b.traced, gd)
+            graph, feeds, fetches, init, _ = measuring._session_graph(b.traced, gd)
             sess = tf.compat.v1.Session(graph=graph, config=config)
             sessions.append(sess)
             sess.run(init)
@@ -450,8 +450,8 @@ def _rank_correlation(x: list[float], y: list[float]) -> float:
 
 
 def _traced_stats(b: Bench, steps: int, graph_def: Any = None) -> list[Any]:
-    graph, feeds, fetches, init = measuring._session_graph(b.traced, graph_def)
-    config = tf.compat.v1.ConfigProto(device_count={"CPU": 2}, allow_soft_placement=True)
+    graph, feeds, fetches, init, _ = measuring._session_graph(b.traced, graph_def)
+    config = measuring.session_config(2, inter_op_threads=1)  # as measure() runs
     options = tf.compat.v1.RunOptions(trace_level=tf.compat.v1.RunOptions.FULL_TRACE)
     losses: list[Any] = []
     with tf.compat.v1.Session(graph=graph, config=config) as sess:
