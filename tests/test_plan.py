@@ -282,3 +282,33 @@ def test_a_forward_only_graph_has_nothing_to_plan():
     # It does not: there is nothing to swap or recompute, and the error says so.
     with pytest.raises(hybridplan.UnsupportedGraphError, match="no backward pass"):
         hybridplan.plan(data, 4096)
+
+
+@pytest.mark.parametrize("op", ["If", "StatelessWhile", "StatefulPartitionedCall"])
+def test_control_flow_in_the_update_is_planned_around(op):
+    """A function call or control flow after the gradients (an optimizer's
+    conditional update) hides no activation from the planner: the step is
+    planned, the op is never cloned or swapped. In the forward pass the same
+    op is refused, naming the node."""
+    from tensorflow.core.framework import graph_pb2
+
+    from graphs import RESOURCE, chain, node
+
+    gd = chain(8, size=100_000)
+    node(gd, "v", "VarHandleOp", shapes=[[]], dtype=RESOURCE)
+    node(gd, "cond_update", op, ["g1"], [[100_000]])
+    node(gd, "assign", "AssignVariableOp", ["v", "cond_update"], [])
+    data = gd.SerializeToString()
+    a = hybridplan.analyze(data)
+    budget = a.persistent_bytes + int(a.activation_peak_bytes * 0.6)
+    p = hybridplan.plan(data, budget, device="cpu", min_bytes=1024)
+    assert p.planned.peak_bytes <= budget and not p.is_empty
+    index = {n.name: i for i, n in enumerate(gd.node)}
+    touched = {s["node"] for s in p.swaps} | {v for r in p.recomputes for v in r["nodes"]}
+    assert index["cond_update"] not in touched
+
+    fwd = graph_pb2.GraphDef()
+    fwd.CopyFrom(gd)
+    fwd.node[index["f3"]].op = op  # now in the forward pass
+    with pytest.raises(hybridplan.UnsupportedGraphError, match=rf"'f3' \(op {op}\)"):
+        hybridplan.plan(fwd.SerializeToString(), budget, device="cpu", min_bytes=1024)
