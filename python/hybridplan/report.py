@@ -140,6 +140,8 @@ def streams_figure(plan: Plan):
                 list(zip(starts[sel] * 1e3, (ends[sel] - starts[sel]) * 1e3, strict=True)),
                 (ypos[lane] - 0.4, 0.8),
                 color=color,
+                edgecolor="white" if k >= 2 else None,  # one box per copy
+                linewidth=0.6,
                 label="recompute" if k == 1 else lane,
             )
     ax.set_yticks(list(ypos.values()), list(ypos.keys()))
