@@ -10,19 +10,25 @@
 //! only the bytes it frees net of the inputs it keeps alive), apply its
 //! memory effect to the tree, and mark what it frees and what it pins (a
 //! recompute's inputs must stay; they can no longer be swapped or freed).
-//! A peak no remaining option covers is set aside and the next highest
+//! Swap-outs queue on the device-to-host engine (`d2h.rs`): a swap is
+//! chosen for a peak only if, behind the swap-outs already chosen, its copy
+//! ends before that peak, and its original is freed from where it really
+//! ends. A peak no remaining option covers is set aside and the next highest
 //! position is lowered (at most 64 positions are set aside). Stops when
 //! every position not set aside meets the target.
 //!
 //! # Complexity
-//! O((S + R) log N) for S swap and R recompute options after the O(C log N
-//! log C) index build: each step is one max query, one stabbing query
-//! (amortised O(log N)) and O(k log N) range updates for an option touching
-//! k tensors.
+//! O((S + R) log^2 N) for S swap and R recompute options after the
+//! O(C log N log C) index build: each step is one max query, one stabbing
+//! query (amortised O(log N) entries, each checked in O(log N) against the
+//! engine's queue) and O(k log N) range updates for an option touching k
+//! tensors.
 
-use rustc_hash::FxHashMap;
+use rustc_hash::{FxHashMap, FxHashSet};
 
-use super::candidates::SwapCandidate;
+use super::candidates::{position_at, SwapCandidate};
+use super::d2h::D2hQueue;
+use super::feed::{plan_feed, Feed};
 use super::memtree::MemTree;
 use super::options::{Ctx, RecomputeOpt, SwapOpt};
 use super::stab::Stab;
@@ -50,15 +56,37 @@ pub struct Pool<'a> {
     pub recomputes: &'a [RecomputeOpt],
 }
 
-struct State {
+struct State<'f> {
     tree: MemTree,
     taken: Vec<bool>,
     pinned: Vec<bool>,
     extended: FxHashMap<u32, u32>,
+    /// The swap-outs chosen so far on the device-to-host engine.
+    d2h: D2hQueue,
+    /// Per candidate: its swap-out ends no earlier than this (seconds;
+    /// empty: no floor). From an earlier round's finished plan.
+    out_floor: &'f [f64],
+    /// Buffer -> index of its chosen swap.
+    swap_of: FxHashMap<u32, usize>,
+    /// Nodes whose clones read a swap-in (`feed.rs`): cloned once.
+    fed: FxHashSet<u32>,
 }
 
 /// Chooses options until the position-model peak is at most `target`.
 pub fn choose(ctx: &Ctx<'_>, pool: &Pool<'_>, target: u64, lambda: f64) -> Chosen {
+    choose_with(ctx, pool, target, lambda, &[])
+}
+
+/// [`choose`], with a floor on each candidate's swap-out end (`out_floor[c]`,
+/// seconds, or empty): the budget loop passes the ends the engine's queue
+/// gave the previous round's plan.
+pub fn choose_with(
+    ctx: &Ctx<'_>,
+    pool: &Pool<'_>,
+    target: u64,
+    lambda: f64,
+    out_floor: &[f64],
+) -> Chosen {
     let (intervals, score) = index(ctx, pool, lambda);
     let n_options = score.len();
     let n = ctx.s.order.len();
@@ -74,6 +102,10 @@ pub fn choose(ctx: &Ctx<'_>, pool: &Pool<'_>, target: u64, lambda: f64) -> Chose
         taken: vec![false; ctx.g.num_tensors()],
         pinned: vec![false; ctx.g.num_tensors()],
         extended: FxHashMap::default(),
+        d2h: D2hQueue::new(n),
+        out_floor,
+        swap_of: FxHashMap::default(),
+        fed: FxHashSet::default(),
     };
     let ns = pool.swaps.len();
     let mut chosen = Chosen::default();
@@ -86,7 +118,7 @@ pub fn choose(ctx: &Ctx<'_>, pool: &Pool<'_>, target: u64, lambda: f64) -> Chose
         if peak <= target as i64 {
             break;
         }
-        let valid = |id: u32| valid(ctx, pool, &st, id as usize);
+        let valid = |id: u32| valid(ctx, pool, &st, &chosen.swaps, id as usize, p);
         let Some(id) = stab.best(p, &score, valid) else {
             if stuck.len() == MAX_SET_ASIDE {
                 break;
@@ -97,17 +129,21 @@ pub fn choose(ctx: &Ctx<'_>, pool: &Pool<'_>, target: u64, lambda: f64) -> Chose
         };
         let id = id as usize;
         if id < ns {
-            let o = &pool.swaps[id];
+            let mut o = pool.swaps[id].clone();
+            o.keep_until = queued_keep_until(ctx, &st, &o, &pool.cands[o.cand]);
             apply_swap(
                 ctx,
                 &mut st,
-                o,
+                &o,
                 pool.tensor_of_swap[id],
                 &pool.cands[o.cand],
             );
-            chosen.swaps.push(pool.swaps[id].clone());
+            st.swap_of
+                .insert(pool.tensor_of_swap[id], chosen.swaps.len());
+            chosen.swaps.push(o);
         } else {
-            apply_recompute(ctx, &mut st, &pool.recomputes[id - ns]);
+            let r = &pool.recomputes[id - ns];
+            apply_recompute(ctx, pool, &mut st, &mut chosen.swaps, r);
             chosen.recomputes.push(pool.recomputes[id - ns].clone());
         }
     }
@@ -151,19 +187,74 @@ fn index(ctx: &Ctx<'_>, pool: &Pool<'_>, lambda: f64) -> (Vec<(u32, u32, u32)>, 
     (iv, score)
 }
 
-fn valid(ctx: &Ctx<'_>, pool: &Pool<'_>, st: &State, id: usize) -> bool {
+/// May option `id` lower position `p` now? A swap must be free to take
+/// and, with the swap-outs chosen so far queued on the engine ahead of it,
+/// still have its original gone by `p` when `p` is in its first interval.
+/// A recompute's saved tensors must be free to take, and each input either
+/// unswapped or fed from its swap-in (`feed.rs`).
+fn valid(
+    ctx: &Ctx<'_>,
+    pool: &Pool<'_>,
+    st: &State,
+    swaps: &[SwapOpt],
+    id: usize,
+    p: usize,
+) -> bool {
     let ns = pool.swaps.len();
     if id < ns {
         let t = pool.tensor_of_swap[id] as usize;
-        return !st.taken[t] && !st.pinned[t];
+        if st.taken[t] || st.pinned[t] {
+            return false;
+        }
+        let o = &pool.swaps[id];
+        if p > o.trigger() as usize {
+            return true; // a later interval: the copy has long ended
+        }
+        return p > queued_keep_until(ctx, st, o, &pool.cands[o.cand]) as usize;
     }
     let r = &pool.recomputes[id - ns];
     r.saved
         .iter()
         .all(|&(t, _)| !st.taken[t as usize] && !st.pinned[t as usize])
-        && r.inputs
-            .iter()
-            .all(|&x| !st.taken[ctx.l.owner[x as usize] as usize])
+        && r.inputs.iter().all(|&x| {
+            !st.taken[ctx.l.owner[x as usize] as usize]
+                || feed(ctx, pool, st, swaps, r, x).is_some()
+        })
+}
+
+/// The feed of input `x` of `r` from its chosen swap: (swap index, feed,
+/// swap-in trigger). `None` when `x` is not swapped (a recompute took it)
+/// or cannot be fed, or a clone reading it already reads a swap-in.
+fn feed(
+    ctx: &Ctx<'_>,
+    pool: &Pool<'_>,
+    st: &State,
+    swaps: &[SwapOpt],
+    r: &RecomputeOpt,
+    x: u32,
+) -> Option<(usize, Feed, u32)> {
+    let &si = st.swap_of.get(&ctx.l.owner[x as usize])?;
+    let o = &swaps[si];
+    let (f, t) = plan_feed(ctx, &pool.cands[o.cand], o, x, r.trigger, &r.clones)?;
+    if f.clones.iter().any(|v| st.fed.contains(v)) {
+        return None;
+    }
+    Some((si, f, t))
+}
+
+/// Where the original of swap `o` may go with the chosen swap-outs queued
+/// ahead of it on the engine: after its last early read and the position
+/// at whose start its copy has ended.
+fn queued_keep_until(ctx: &Ctx<'_>, st: &State, o: &SwapOpt, c: &SwapCandidate) -> u32 {
+    let ready = ctx.start[c.produce as usize + 1];
+    let mut end = st
+        .d2h
+        .end_if_added(c.produce as usize, ready, ctx.link.d2h(c.bytes));
+    if let Some(&f) = st.out_floor.get(o.cand) {
+        end = end.max(f);
+    }
+    let done = position_at(&ctx.start, end);
+    o.keep_until.max(c.last_early).max(done.saturating_sub(1))
 }
 
 fn apply_swap(ctx: &Ctx<'_>, st: &mut State, o: &SwapOpt, t: u32, c: &SwapCandidate) {
@@ -174,9 +265,37 @@ fn apply_swap(ctx: &Ctx<'_>, st: &mut State, o: &SwapOpt, t: u32, c: &SwapCandid
         free_from = c.late[i.hi - 1].0 as usize + 1;
     }
     st.taken[t as usize] = true;
+    let ready = ctx.start[c.produce as usize + 1];
+    st.d2h.add(c.produce as usize, ready, ctx.link.d2h(c.bytes));
 }
 
-fn apply_recompute(ctx: &Ctx<'_>, st: &mut State, r: &RecomputeOpt) {
+/// When each chosen swap's copy ends with all of them queued on the
+/// engine in producer order (seconds, by candidate; 0 for the others):
+/// a swap chosen later at an earlier position delays the ones after it,
+/// which the greedy did not see when it chose them.
+///
+/// # Complexity
+/// O(S log S + C).
+pub fn queued_out_ends(ctx: &Ctx<'_>, cands: &[SwapCandidate], swaps: &[SwapOpt]) -> Vec<f64> {
+    let mut order: Vec<usize> = (0..swaps.len()).collect();
+    order.sort_by_key(|&i| (cands[swaps[i].cand].produce, swaps[i].cand));
+    let mut out = vec![0.0; cands.len()];
+    let mut free = f64::NEG_INFINITY;
+    for i in order {
+        let c = &cands[swaps[i].cand];
+        free = free.max(ctx.start[c.produce as usize + 1]) + ctx.link.d2h(c.bytes);
+        out[swaps[i].cand] = free;
+    }
+    out
+}
+
+fn apply_recompute(
+    ctx: &Ctx<'_>,
+    pool: &Pool<'_>,
+    st: &mut State,
+    swaps: &mut [SwapOpt],
+    r: &RecomputeOpt,
+) {
     let trig = r.trigger as usize;
     for &(t, last_early) in &r.saved {
         let b = ctx.g.tensors[t as usize].bytes as i64;
@@ -185,6 +304,21 @@ fn apply_recompute(ctx: &Ctx<'_>, st: &mut State, r: &RecomputeOpt) {
     }
     for &x in &r.inputs {
         let o = ctx.l.owner[x as usize];
+        if st.taken[o as usize] {
+            // Swapped: the clones read a swap-in, moved earlier if needed.
+            let Some((si, f, t)) = feed(ctx, pool, st, swaps, r, x) else {
+                continue; // not reached: `valid` checked it
+            };
+            let old = swaps[si].ins[f.k].trigger;
+            if t < old {
+                let b = ctx.g.tensors[o as usize].bytes as i64;
+                st.tree.add(t as usize + 1, old as usize, b);
+                swaps[si].ins[f.k].trigger = t;
+            }
+            st.fed.extend(f.clones.iter().copied());
+            swaps[si].feeds.push(f);
+            continue;
+        }
         let end = *st.extended.get(&o).unwrap_or(&ctx.l.last_use[o as usize]);
         if (end as usize) < trig {
             st.tree.add(

@@ -3,7 +3,8 @@
 //!
 //! # The rule
 //! Each chosen swap-in wants its copy done when its first late reader
-//! starts (`start[first_late]`, if ops ran back to back). Taking the swap-ins
+//! starts (`start[first_late]`, if ops ran back to back), or when the
+//! recompute clones it feeds run, if earlier. Taking the swap-ins
 //! from the latest deadline to the earliest, each copy ends at its deadline
 //! or at the start of the copy after it, whichever is earlier, and starts its
 //! transfer time before that. The trigger is then the latest op ending by
@@ -26,7 +27,15 @@ pub fn place_swap_ins(ctx: &Ctx<'_>, cands: &[SwapCandidate], swaps: &mut [SwapO
     for (i, o) in swaps.iter().enumerate() {
         let c = &cands[o.cand];
         for (k, p) in o.ins.iter().enumerate() {
-            all.push((ctx.start[c.late[p.lo].0 as usize], i, k));
+            // The copy is due at its first late reader, or at the clones it
+            // feeds (`feed.rs`) if they run earlier.
+            let due = o
+                .feeds
+                .iter()
+                .filter(|f| f.k == k)
+                .map(|f| f.at + 1)
+                .fold(c.late[p.lo].0, u32::min);
+            all.push((ctx.start[due as usize], i, k));
         }
     }
     all.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)).then(a.2.cmp(&b.2)));

@@ -84,6 +84,8 @@ impl Plan {
 
 pub mod candidates;
 pub mod cuts;
+pub mod d2h;
+pub mod feed;
 pub mod greedy;
 pub mod links;
 pub mod memtree;

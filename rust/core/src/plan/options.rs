@@ -69,6 +69,8 @@ pub struct SwapOpt {
     pub ins: Vec<InPlace>,
     pub exposed_s: f64,
     pub transfer_s: f64,
+    /// Recompute clones reading its swap-ins (`feed.rs`), set by the greedy.
+    pub feeds: Vec<super::feed::Feed>,
 }
 
 impl SwapOpt {
@@ -127,6 +129,7 @@ pub fn swap_option(
         ins,
         exposed_s,
         transfer_s,
+        feeds: Vec::new(),
     })
 }
 

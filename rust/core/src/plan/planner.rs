@@ -31,7 +31,7 @@ use rustc_hash::{FxHashMap, FxHashSet};
 
 use super::candidates::{swap_candidates, SwapCandidate};
 use super::cuts::{cut_segments, sqrt_spans, Cuts};
-use super::greedy::{choose, Chosen, Pool};
+use super::greedy::{choose_with, queued_out_ends, Chosen, Pool};
 use super::links::place_swap_ins;
 use super::options::{recompute_options as unit_options, swap_option, Ctx, RecomputeOpt, SwapOpt};
 use super::partition::partition;
@@ -450,8 +450,12 @@ impl<'a> Planner<'a> {
         };
         let budget = self.opts.budget;
         let mut target = budget;
+        // Each round's swap-outs end no earlier than the engine's queue
+        // made them end in the rounds before (a swap chosen later at an
+        // earlier position delays the ones after it).
+        let mut floor: Vec<f64> = Vec::new();
         for _ in 0..self.opts.max_rounds.max(1) {
-            let chosen = choose(self.ctx, &pool, target, self.opts.lambda);
+            let chosen = choose_with(self.ctx, &pool, target, self.opts.lambda, &floor);
             // Swap-ins placed so queued copies still arrive in time; if that
             // holds too much memory, the triggers from the options.
             let mut placed = chosen.clone();
@@ -466,6 +470,12 @@ impl<'a> Planner<'a> {
                 return Some(self.planned(plan, v, who));
             }
             self.note_fail(v.peak_bytes, who);
+            let ends = queued_out_ends(self.ctx, &self.cands, &chosen.swaps);
+            if floor.is_empty() {
+                floor = ends;
+            } else {
+                floor.iter_mut().zip(ends).for_each(|(f, e)| *f = f.max(e));
+            }
             if chosen.model_peak > target {
                 return None; // the options are exhausted at the peak
             }
@@ -575,15 +585,22 @@ impl<'a> Planner<'a> {
                 let ins = o
                     .ins
                     .iter()
-                    .map(|p| {
+                    .enumerate()
+                    .map(|(k, p)| {
                         let mut consumers: Vec<u32> =
                             cand.late[p.lo..p.hi].iter().map(|&(_, n)| n).collect();
                         consumers.sort_unstable();
                         consumers.dedup();
+                        let mut clone_consumers: Vec<u32> = (o.feeds.iter())
+                            .filter(|f| f.k == k)
+                            .flat_map(|f| f.clones.iter().copied())
+                            .collect();
+                        clone_consumers.sort_unstable();
+                        clone_consumers.dedup();
                         SwapIn {
                             trigger: order[p.trigger as usize],
                             consumers,
-                            clone_consumers: vec![],
+                            clone_consumers,
                         }
                     })
                     .collect();

@@ -1,0 +1,169 @@
+//! The device-to-host engine's queue over the swaps chosen so far: when a
+//! new swap-out would really end.
+//!
+//! # The model
+//! The engine serves swap-outs one at a time, first come first served; a
+//! swap-out is ready when its producer ends, so serving in order of the
+//! producer's schedule position is serving in order of readiness. Job `j`
+//! at position `p_j` is ready at `r_j` and takes `d_j`. The engine is free
+//! for a job at position `q` (after every job at a position `<= q`) at
+//! `F(q) = max over jobs j with p_j <= q of (r_j + sum of d_i, p_j <= p_i <= q)`,
+//! or minus infinity when there is none. With `P(x)` the total duration of
+//! jobs at positions `<= x`, that is `max_{p_j <= q} (r_j - P(p_j - 1)) + P(q)`:
+//! a range-max over positions of `r_j - P(p_j - 1)`, which a new job of
+//! duration `d` at `p` lowers by `d` on every position after `p`, and a
+//! prefix sum.
+//!
+//! A job added later at an earlier position delays the jobs after it; the
+//! queue answers for the jobs as they are now (the greedy asks once, when
+//! it chooses a swap, and the simulator judges the finished plan).
+//!
+//! # Complexity
+//! O(N) to build, O(log N) per job added and per query.
+
+/// Below any real time: a position without a job.
+const NO_JOB: f64 = -1e300;
+
+/// The swap-outs chosen so far, by producer position.
+pub struct D2hQueue {
+    len: usize,
+    /// Range-add / range-max tree of `r_j - P(p_j - 1)` (NO_JOB: none).
+    max: Vec<f64>,
+    lazy: Vec<f64>,
+    /// Fenwick tree of the durations by position.
+    dur: Vec<f64>,
+}
+
+impl D2hQueue {
+    /// An empty queue over `len` schedule positions.
+    pub fn new(len: usize) -> Self {
+        let len = len.max(1);
+        D2hQueue {
+            len,
+            max: vec![NO_JOB; 4 * len],
+            lazy: vec![0.0; 4 * len],
+            dur: vec![0.0; len + 1],
+        }
+    }
+
+    /// When a swap-out at position `p`, ready at `ready`, taking `d`, would
+    /// end behind the jobs at positions `<= p`.
+    pub fn end_if_added(&self, p: usize, ready: f64, d: f64) -> f64 {
+        let p = p.min(self.len - 1);
+        let free = self.range_max(1, 0, self.len - 1, p) + self.prefix(p);
+        ready.max(free) + d
+    }
+
+    /// Adds a swap-out at position `p`, ready at `ready`, taking `d`.
+    pub fn add(&mut self, p: usize, ready: f64, d: f64) {
+        let p = p.min(self.len - 1);
+        let v = ready - if p == 0 { 0.0 } else { self.prefix(p - 1) };
+        self.raise(1, 0, self.len - 1, p, v);
+        if p + 1 < self.len {
+            self.add_range(1, 0, self.len - 1, p + 1, -d);
+        }
+        let mut i = p + 1;
+        while i <= self.len {
+            self.dur[i] += d;
+            i += i & i.wrapping_neg();
+        }
+    }
+
+    /// Total duration of the jobs at positions `<= p`.
+    fn prefix(&self, p: usize) -> f64 {
+        let mut i = p + 1;
+        let mut s = 0.0;
+        while i > 0 {
+            s += self.dur[i];
+            i -= i & i.wrapping_neg();
+        }
+        s
+    }
+
+    /// Leaf `p` becomes at least `v`.
+    fn raise(&mut self, node: usize, lo: usize, hi: usize, p: usize, v: f64) {
+        if lo == hi {
+            self.max[node] = self.max[node].max(v);
+            return;
+        }
+        let mid = (lo + hi) / 2;
+        // Push the pending add down so the leaf holds its true value.
+        let z = std::mem::take(&mut self.lazy[node]);
+        for c in [2 * node, 2 * node + 1] {
+            self.max[c] += z;
+            self.lazy[c] += z;
+        }
+        if p <= mid {
+            self.raise(2 * node, lo, mid, p, v);
+        } else {
+            self.raise(2 * node + 1, mid + 1, hi, p, v);
+        }
+        self.max[node] = self.max[2 * node].max(self.max[2 * node + 1]);
+    }
+
+    /// Adds `d` to every position `>= from`.
+    fn add_range(&mut self, node: usize, lo: usize, hi: usize, from: usize, d: f64) {
+        if hi < from {
+            return;
+        }
+        if from <= lo {
+            self.max[node] += d;
+            self.lazy[node] += d;
+            return;
+        }
+        let mid = (lo + hi) / 2;
+        self.add_range(2 * node, lo, mid, from, d);
+        self.add_range(2 * node + 1, mid + 1, hi, from, d);
+        self.max[node] = self.max[2 * node].max(self.max[2 * node + 1]) + self.lazy[node];
+    }
+
+    /// The maximum over positions `0..=q`.
+    fn range_max(&self, node: usize, lo: usize, hi: usize, q: usize) -> f64 {
+        if q >= hi {
+            return self.max[node];
+        }
+        let mid = (lo + hi) / 2;
+        let m = if q <= mid {
+            self.range_max(2 * node, lo, mid, q)
+        } else {
+            self.max[2 * node].max(self.range_max(2 * node + 1, mid + 1, hi, q))
+        };
+        m + self.lazy[node]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// First come first served by position, the slow way.
+    fn naive(jobs: &[(usize, f64, f64)], p: usize, ready: f64, d: f64) -> f64 {
+        let mut js: Vec<_> = jobs.iter().copied().filter(|j| j.0 <= p).collect();
+        js.sort_by_key(|j| j.0); // stable: insertion order within a position
+        let mut free = f64::NEG_INFINITY;
+        for (_, r, dd) in js {
+            free = free.max(r) + dd;
+        }
+        ready.max(free) + d
+    }
+
+    #[test]
+    fn matches_a_naive_queue() {
+        let mut q = D2hQueue::new(40);
+        let mut jobs = Vec::new();
+        let mut seed = 7u64;
+        for _ in 0..200 {
+            seed = seed
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            let p = (seed >> 33) as usize % 40;
+            let r = p as f64 * 1.5; // ready times grow with the position
+            let d = ((seed >> 7) % 9) as f64 + 0.5;
+            let want = naive(&jobs, p, r, d);
+            let got = q.end_if_added(p, r, d);
+            assert!((want - got).abs() < 1e-9, "{want} vs {got}");
+            q.add(p, r, d);
+            jobs.push((p, r, d));
+        }
+    }
+}
