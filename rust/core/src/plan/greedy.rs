@@ -66,26 +66,43 @@ struct State<'f> {
     /// Per candidate: its swap-out ends no earlier than this (seconds;
     /// empty: no floor). From an earlier round's finished plan.
     out_floor: &'f [f64],
+    /// Refuse a swap for a peak its queued copy does not end before.
+    queue_check: bool,
     /// Buffer -> index of its chosen swap.
     swap_of: FxHashMap<u32, usize>,
     /// Nodes whose clones read a swap-in (`feed.rs`): cloned once.
     fed: FxHashSet<u32>,
 }
 
-/// Chooses options until the position-model peak is at most `target`.
-pub fn choose(ctx: &Ctx<'_>, pool: &Pool<'_>, target: u64, lambda: f64) -> Chosen {
-    choose_with(ctx, pool, target, lambda, &[])
+/// How the greedy treats the device-to-host queue.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Guide<'f> {
+    /// Per candidate: its swap-out ends no earlier than this (seconds, or
+    /// empty): the budget loop passes the ends the engine's queue gave the
+    /// previous round's plan.
+    pub out_floor: &'f [f64],
+    /// Refuse a swap for a peak its queued copy does not end before. Off,
+    /// a swap is still applied from where its queued copy ends (the
+    /// position model may then overrate it; the simulator judges).
+    pub queue_check: bool,
 }
 
-/// [`choose`], with a floor on each candidate's swap-out end (`out_floor[c]`,
-/// seconds, or empty): the budget loop passes the ends the engine's queue
-/// gave the previous round's plan.
+/// Chooses options until the position-model peak is at most `target`.
+pub fn choose(ctx: &Ctx<'_>, pool: &Pool<'_>, target: u64, lambda: f64) -> Chosen {
+    let guide = Guide {
+        queue_check: true,
+        ..Guide::default()
+    };
+    choose_with(ctx, pool, target, lambda, guide)
+}
+
+/// [`choose`], guided by `guide`.
 pub fn choose_with(
     ctx: &Ctx<'_>,
     pool: &Pool<'_>,
     target: u64,
     lambda: f64,
-    out_floor: &[f64],
+    guide: Guide<'_>,
 ) -> Chosen {
     let (intervals, score) = index(ctx, pool, lambda);
     let n_options = score.len();
@@ -103,7 +120,8 @@ pub fn choose_with(
         pinned: vec![false; ctx.g.num_tensors()],
         extended: FxHashMap::default(),
         d2h: D2hQueue::new(n),
-        out_floor,
+        out_floor: guide.out_floor,
+        queue_check: guide.queue_check,
         swap_of: FxHashMap::default(),
         fed: FxHashSet::default(),
     };
@@ -210,7 +228,7 @@ fn valid(
         if p > o.trigger() as usize {
             return true; // a later interval: the copy has long ended
         }
-        return p > queued_keep_until(ctx, st, o, &pool.cands[o.cand]) as usize;
+        return !st.queue_check || p > queued_keep_until(ctx, st, o, &pool.cands[o.cand]) as usize;
     }
     let r = &pool.recomputes[id - ns];
     r.saved

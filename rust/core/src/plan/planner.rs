@@ -31,7 +31,7 @@ use rustc_hash::{FxHashMap, FxHashSet};
 
 use super::candidates::{swap_candidates, SwapCandidate};
 use super::cuts::{cut_segments, sqrt_spans, Cuts};
-use super::greedy::{choose_with, queued_out_ends, Chosen, Pool};
+use super::greedy::{choose_with, queued_out_ends, Chosen, Guide, Pool};
 use super::links::place_swap_ins;
 use super::options::{recompute_options as unit_options, swap_option, Ctx, RecomputeOpt, SwapOpt};
 use super::partition::partition;
@@ -440,8 +440,24 @@ impl<'a> Planner<'a> {
         out
     }
 
-    /// The budget loop around the greedy.
+    /// The budget loop around the greedy: swaps checked against the
+    /// device-to-host queue first; if that finds no plan, without the check
+    /// (the position model is pessimistic where stalls slow the step).
     fn fit(&self, swap: bool, rec: bool, who: &'static str) -> Option<Planned> {
+        let checked = self.fit_with(swap, rec, who, true);
+        if checked.is_some() || !swap {
+            return checked;
+        }
+        self.fit_with(swap, rec, who, false)
+    }
+
+    fn fit_with(
+        &self,
+        swap: bool,
+        rec: bool,
+        who: &'static str,
+        queue_check: bool,
+    ) -> Option<Planned> {
         let pool = Pool {
             cands: &self.cands,
             swaps: if swap { &self.swaps } else { &[] },
@@ -455,7 +471,11 @@ impl<'a> Planner<'a> {
         // earlier position delays the ones after it).
         let mut floor: Vec<f64> = Vec::new();
         for _ in 0..self.opts.max_rounds.max(1) {
-            let chosen = choose_with(self.ctx, &pool, target, self.opts.lambda, &floor);
+            let guide = Guide {
+                out_floor: &floor,
+                queue_check,
+            };
+            let chosen = choose_with(self.ctx, &pool, target, self.opts.lambda, guide);
             // Swap-ins placed so queued copies still arrive in time; if that
             // holds too much memory, the triggers from the options.
             let mut placed = chosen.clone();
