@@ -186,6 +186,13 @@ def test_report_marks_each_target(run_all, tmp_path):
     assert "fits (swap): peak 0.60 of the original, step 1.25x" in text
     assert "| small_cnn |" in text and "| mixed 1e6 |" in text  # real graphs, e2e
     assert "1M nodes, empty plan" in text  # simulate
+    assert "2.00x (`plan_mixed_1e6/hybrid` per node, medians; fastest samples 2.00x)" in text
+
+    # The command line re-renders a saved result without running anything.
+    saved, out = tmp_path / "results.json", tmp_path / "report.md"
+    saved.write_text(json.dumps(results))
+    run_all.main(["--from-json", str(saved), "--out", str(out)])
+    assert "rendered again from its saved figures" in out.read_text()
 
 
 def test_report_without_a_1e6_run_says_not_measured(run_all, tmp_path):
