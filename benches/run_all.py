@@ -1,6 +1,6 @@
 """Runs the whole benchmark suite and writes ``docs/benchmarks.md``.
 
-    python benches/run_all.py            # full run (10-20 minutes on 2 cores)
+    python benches/run_all.py            # full run (about 20 minutes on 2 cores)
     python benches/run_all.py --quick    # smoke run (about 2 minutes), report in a temp dir
     python benches/run_all.py --from-json results.json --out report.md   # re-render only
 
