@@ -10,8 +10,11 @@
 //! first late reader (not a fixed distance); when no op is early enough the
 //! earliest possible trigger is used and the shortfall is the option's
 //! exposed time. A recompute costs the clones' op times and keeps its
-//! external inputs alive up to the clones. Link contention is not in these
-//! estimates; the simulator judges the finished plan.
+//! external inputs alive up to the clones (`extended`: the bytes of those
+//! otherwise dead by then). These estimates are for one option alone: the
+//! greedy queues the chosen swap-outs on the device-to-host engine
+//! (`d2h.rs`) and feeds clones from swap-ins (`feed.rs`); the simulator
+//! judges the finished plan.
 //!
 //! # Complexity
 //! O(log N) per swap option (binary searches on `start`), O(size of the unit

@@ -16,14 +16,16 @@
 //!   drops and the budget holds.
 //! - `hybrid`: the fastest plan that fits among the greedy choosing between
 //!   swap and recompute at every step (bytes freed per second of estimated
-//!   cost), the recompute plan, and the published loop started from the
-//!   `swap` plan and from the TFLMS plan. So `hybrid` is never slower than
-//!   any other strategy.
+//!   cost; swap-outs queued on the device-to-host engine, recomputes fed by
+//!   swapped-in checkpoints), the recompute plan, and the published loop
+//!   started from the `swap` plan and from the TFLMS plan. So `hybrid` is
+//!   never slower than any other strategy.
 //!
 //! # Complexity
-//! Option building O(T + E log E + N); each greedy run O((S + R) log N);
-//! at most `max_rounds` greedy runs and `max_evals` extra simulations, each
-//! O(simulate).
+//! Option building O(T + E log E + N); each greedy run O((S + R) log^2 N);
+//! at most `2 * max_rounds` greedy runs per budget loop (with the queue
+//! check, then without it if that found no plan) and `max_evals` extra
+//! simulations, each O(simulate).
 
 use std::str::FromStr;
 
