@@ -159,7 +159,7 @@ pub fn plan_analysis(
             step_time_s: r.step_time_s,
         })
     };
-    if !a.graph.phase.iter().any(|&p| p == crate::graph::Phase::Backward)
+    if !a.graph.phase.contains(&crate::graph::Phase::Backward)
         && a.liveness.peak_bytes > opts.budget
     {
         // Nothing to plan: say so rather than search for swaps that cannot exist.
