@@ -58,14 +58,21 @@ def test_swapping_activations_lowers_the_measured_device_peak(mlp):
     triggers = [swap["ins"][0]["trigger"] for swap in plan["swaps"]]
     for k, swap in enumerate(plan["swaps"][:-1]):
         swap["ins"][0]["trigger"] = triggers[k + 1]
+        # Release node (as the planner sets them, plan/release.rs): the next layer's
+        # forward MatMul waits for this copy, so the executor cannot run ahead of it.
+        swap["release"] = s.split(relus[k + 1])[0][0]
     out = rewrite_with_summary(traced.graph_def, plan, target="cpu-emulation")
     weights = [v.numpy() for v in traced.variables]
 
-    # A hand-made plan without release nodes: the measurement mechanics under
-    # TensorFlow's own thread count (with one inter-op thread the executor runs
-    # depth first and the unreleased swap-outs wait until the forward pass ends).
-    base = measure(traced, None, batches, steps=STEPS, inter_op_threads=0)
-    swapped = measure(traced, out.graph_def, batches, steps=STEPS, inter_op_threads=0)
+    # TensorFlow's executor decides per Session, from op timings it measures, which
+    # ready op runs inline, so the order (and the peak) varies between Sessions even
+    # with one inter-op thread: each side is the best of three Sessions.
+    def best(graph_def):
+        runs = [measure(traced, graph_def, batches, steps=STEPS) for _ in range(3)]
+        return min(runs, key=lambda m: m.device_peak)
+
+    base = best(None)
+    swapped = best(out.graph_def)
 
     assert all(np.array_equal(v.numpy(), w) for v, w in zip(traced.variables, weights, strict=True))
     assert [a.tobytes() for a in base.losses] == [a.tobytes() for a in swapped.losses]
