@@ -43,8 +43,7 @@ use criterion::{
 use hybridplan_core::api::{op_times, plan_analysis, plan_bytes};
 use hybridplan_core::build::BuildOptions;
 use hybridplan_core::device::{preset, DeviceModel};
-use hybridplan_core::plan::candidates::start_times;
-use hybridplan_core::plan::options::{Ctx, Link};
+use hybridplan_core::plan::options::Ctx;
 use hybridplan_core::plan::partition::partition;
 use hybridplan_core::plan::planner::{PlanOptions, Planner, Strategy, Verdict};
 use hybridplan_core::plan::Plan;
@@ -188,18 +187,7 @@ fn bench_options(
     };
     group.bench_function("options", |b| {
         b.iter(|| {
-            let ctx = Ctx {
-                g: &a.graph,
-                s: &a.schedule,
-                l: &a.liveness,
-                op_time: &times,
-                start: start_times(&a.schedule, &times),
-                link: Link {
-                    d2h_bytes_per_s: dev.d2h_bandwidth,
-                    h2d_bytes_per_s: dev.h2d_bandwidth,
-                    latency_s: dev.link_latency_s,
-                },
-            };
+            let ctx = Ctx::new(a, &times, dev);
             let planner = Planner::new(&ctx, black_box(opts), &judge).expect("options");
             planner.num_options()
         })

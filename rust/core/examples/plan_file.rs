@@ -5,9 +5,8 @@
 use hybridplan_core::api::op_times;
 use hybridplan_core::build::BuildOptions;
 use hybridplan_core::device::preset;
-use hybridplan_core::plan::candidates::start_times;
 use hybridplan_core::plan::greedy::{choose, Pool};
-use hybridplan_core::plan::options::{Ctx, Link};
+use hybridplan_core::plan::options::Ctx;
 use hybridplan_core::plan::planner::{PlanOptions, Planner, Verdict};
 use hybridplan_core::plan::Plan;
 use hybridplan_core::simulate::simulate;
@@ -21,18 +20,7 @@ fn main() {
     let t0 = std::time::Instant::now();
     let a = hybridplan_core::analyze(&bytes, &BuildOptions::default()).unwrap();
     let (times, _) = op_times(&a.graph, &dev, &[]).unwrap();
-    let ctx = Ctx {
-        g: &a.graph,
-        s: &a.schedule,
-        l: &a.liveness,
-        op_time: &times,
-        start: start_times(&a.schedule, &times),
-        link: Link {
-            d2h_bytes_per_s: dev.d2h_bandwidth,
-            h2d_bytes_per_s: dev.h2d_bandwidth,
-            latency_s: dev.link_latency_s,
-        },
-    };
+    let ctx = Ctx::new(&a, &times, &dev);
     let judge = |p: &Plan| {
         let r = simulate(&a.graph, &a.schedule, &times, &dev, p)?;
         Ok(Verdict {

@@ -11,7 +11,7 @@ use crate::build::BuildOptions;
 use crate::device::DeviceModel;
 use crate::error::{PlanError, Result};
 use crate::graph::Graph;
-use crate::plan::options::{Ctx, Link};
+use crate::plan::options::Ctx;
 use crate::plan::planner::{PlanOptions, Planned, Planner, Verdict};
 use crate::plan::Plan;
 use crate::simulate::{simulate, SimResult};
@@ -140,18 +140,7 @@ pub fn plan_analysis(
     }
     check_supported(&a.graph)?;
     let (times, unknown_ops) = op_times(&a.graph, dev, profile)?;
-    let ctx = Ctx {
-        g: &a.graph,
-        s: &a.schedule,
-        l: &a.liveness,
-        op_time: &times,
-        start: crate::plan::candidates::start_times(&a.schedule, &times),
-        link: Link {
-            d2h_bytes_per_s: dev.d2h_bandwidth,
-            h2d_bytes_per_s: dev.h2d_bandwidth,
-            latency_s: dev.link_latency_s,
-        },
-    };
+    let ctx = Ctx::new(a, &times, dev);
     let judge = |p: &Plan| -> Result<Verdict> {
         let r = simulate(&a.graph, &a.schedule, &times, dev, p)?;
         Ok(Verdict {

@@ -53,6 +53,29 @@ pub struct Ctx<'a> {
     pub link: Link,
 }
 
+impl<'a> Ctx<'a> {
+    /// The context of an analysed graph: its schedule's start times under
+    /// `op_time` and the device's link.
+    pub fn new(
+        a: &'a crate::Analysis,
+        op_time: &'a [f64],
+        dev: &crate::device::DeviceModel,
+    ) -> Self {
+        Ctx {
+            g: &a.graph,
+            s: &a.schedule,
+            l: &a.liveness,
+            op_time,
+            start: super::candidates::start_times(&a.schedule, op_time),
+            link: Link {
+                d2h_bytes_per_s: dev.d2h_bandwidth,
+                h2d_bytes_per_s: dev.h2d_bandwidth,
+                latency_s: dev.link_latency_s,
+            },
+        }
+    }
+}
+
 /// One swap-in of a placed swap: its trigger position and the late readers
 /// it serves (`late[lo..hi]` of the candidate).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
