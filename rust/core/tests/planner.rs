@@ -6,6 +6,7 @@
 use hybridplan_core::api::{plan_analysis, Outcome};
 use hybridplan_core::build::BuildOptions;
 use hybridplan_core::device::{preset, DeviceModel};
+use hybridplan_core::graph::Phase;
 use hybridplan_core::plan::planner::{PlanOptions, Strategy};
 use hybridplan_core::plan::tflms::TflmsParams;
 use hybridplan_core::synth::{graphdef, SynthKind, SynthSpec};
@@ -205,8 +206,10 @@ fn tflms_with_parameters_is_exactly_tflms() {
 }
 
 /// Release nodes wait for swap-outs the simulation already had ended: the
-/// predicted figures with and without them are the same, and each release
-/// runs after its swap-out may start.
+/// predicted figures with and without them are the same, each release runs
+/// after its swap-out may start, and a release of a forward tensor is a forward
+/// op (the residual graphs' batch-norm moving averages, which the schedule
+/// runs in the forward pass, are not).
 #[test]
 fn release_nodes_cost_nothing_in_the_simulation_that_chose_them() {
     let dev = preset("v100-nvlink2").unwrap();
@@ -227,6 +230,16 @@ fn release_nodes_cost_nothing_in_the_simulation_that_chose_them() {
             .iter()
             .filter(|s| s.release != hybridplan_core::graph::NONE);
         assert!(with.count() > 0, "no swap got a release node");
+        for s in &o.plan.swaps {
+            let x = a.graph.tensors[s.tensor as usize].node as usize;
+            if s.release != hybridplan_core::graph::NONE && a.graph.phase[x] == Phase::Forward {
+                assert_eq!(
+                    a.graph.phase[s.release as usize],
+                    Phase::Forward,
+                    "a side branch"
+                );
+            }
+        }
         let mut bare = o.plan.clone();
         for s in &mut bare.swaps {
             let x = a.graph.tensors[s.tensor as usize].node as usize;
