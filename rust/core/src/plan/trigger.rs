@@ -14,8 +14,15 @@
 //! until one qualifies.
 //!
 //! # Complexity
-//! O(W * (d + k)) for a walk of at most `MAX_WALK` ops of in-degree `d`
-//! against `k` consumer inputs (hashed once, O(k)).
+//! O(k log k + W * d * min(f log k, K)) for a walk of at most `MAX_WALK`
+//! ops of in-degree `d` against `k` consumers with `K` data inputs in all,
+//! where `f` is the number of readers of one input of a walked op: each
+//! input is checked from the shorter side, its readers (binary search in the
+//! sorted consumers) or the consumers' inputs (hashed once, O(K), only when
+//! some input has more than `K` readers). So one op reading O(N) tensors (a
+//! gradient `IdentityN`) among the consumers, or one tensor read O(N) times
+//! (a learning rate) read by a walked op, costs O(N) only in a call where
+//! both meet, not in every call.
 
 use rustc_hash::FxHashSet;
 
@@ -34,22 +41,34 @@ pub fn safe_trigger(
     lowest: u32,
     consumers: &[u32],
 ) -> Option<u32> {
-    let mut inputs: FxHashSet<u32> = FxHashSet::default();
-    let mut readers: FxHashSet<u32> = FxHashSet::default();
-    for &c in consumers {
-        inputs.extend(g.inputs(c).iter().copied());
-        readers.insert(c);
-    }
+    let mut readers: Vec<u32> = consumers.to_vec();
+    readers.sort_unstable();
+    readers.dedup();
+    let is_reader = |n: u32| readers.binary_search(&n).is_ok();
+    let total_in: usize = readers.iter().map(|&c| g.inputs(c).len()).sum();
+    // The consumers' inputs, hashed on first need.
+    let mut inputs: Option<FxHashSet<u32>> = None;
+    let mut read_by_consumer = |x: u32| {
+        let by_x = g.consumers(x);
+        if by_x.len() <= total_in {
+            return by_x.iter().any(|&c| is_reader(c));
+        }
+        inputs
+            .get_or_insert_with(|| {
+                let set = readers.iter().flat_map(|&c| g.inputs(c).iter().copied());
+                set.collect()
+            })
+            .contains(&x)
+    };
     let stop = lowest.max(ideal.saturating_sub(MAX_WALK));
     let mut q = ideal;
     loop {
         let t = s.order[q as usize];
-        let shares = g.inputs(t).iter().any(|x| inputs.contains(x));
-        let feeds = g
-            .outputs(t)
-            .any(|o| g.consumers(o).iter().any(|c| readers.contains(c)));
-        let source = g.nodes[t as usize].flags.has(NodeFlags::SOURCE);
-        if !shares && !feeds && !source && !readers.contains(&t) {
+        let qualifies = !g.nodes[t as usize].flags.has(NodeFlags::SOURCE)
+            && !is_reader(t)
+            && !g.inputs(t).iter().any(|&x| read_by_consumer(x))
+            && !g.data_consumers(t).iter().any(|&c| is_reader(c));
+        if qualifies {
             return Some(q);
         }
         if q == 0 || q <= stop {
