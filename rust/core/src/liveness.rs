@@ -31,10 +31,18 @@ pub struct Liveness {
 }
 
 /// Computes liveness for a schedule.
+///
+/// Every pass but the memory timeline's runs in tensor order, reading the
+/// tensor records once, front to back: the owners are the roots of the
+/// alias chains (what a pass in schedule order would give, an alias being
+/// produced after the tensor it aliases), and an owner's last use is the
+/// largest of its own and its aliases' (a maximum: any order gives it).
 pub fn liveness(g: &Graph, s: &Schedule) -> Liveness {
     let nt = g.num_tensors();
     let mut produce = vec![0u32; nt];
     let mut last_use = vec![0u32; nt];
+    let mut owner = vec![NONE; nt];
+    let mut path = Vec::new();
     for (t, tt) in g.tensors.iter().enumerate() {
         let p = s.pos[tt.node as usize];
         produce[t] = p;
@@ -45,16 +53,16 @@ pub fn liveness(g: &Graph, s: &Schedule) -> Liveness {
             .max()
             .unwrap_or(p)
             .max(p);
+        if owner[t] == NONE {
+            resolve_owner(g, &mut owner, &mut path, t as u32);
+        }
     }
-    let owner = resolve_owners(g, s);
-    // Aliases extend their owner's life (reverse schedule order so chains
-    // resolve in one pass: an alias is produced after its owner).
-    for &v in s.order.iter().rev() {
-        for t in g.outputs(v) {
-            let o = owner[t as usize];
-            if o != t {
-                last_use[o as usize] = last_use[o as usize].max(last_use[t as usize]);
-            }
+    // Aliases extend their owner's life. An owner is no alias, so the
+    // last uses read here are final.
+    for t in 0..nt {
+        let o = owner[t] as usize;
+        if o != t {
+            last_use[o] = last_use[o].max(last_use[t]);
         }
     }
     let timeline = memory_timeline(g, &produce, &last_use, s.order.len());
@@ -76,18 +84,30 @@ pub fn liveness(g: &Graph, s: &Schedule) -> Liveness {
     }
 }
 
-/// Resolves alias chains to the owning tensor, in schedule order.
-fn resolve_owners(g: &Graph, s: &Schedule) -> Vec<u32> {
-    let mut owner: Vec<u32> = (0..g.num_tensors() as u32).collect();
-    for &v in &s.order {
-        for t in g.outputs(v) {
-            let a = g.tensors[t as usize].alias_of;
-            if a != NONE {
-                owner[t as usize] = owner[a as usize];
-            }
+/// Sets the owner of `t` (the root of its alias chain) and of every tensor
+/// on the chain up to one already resolved, `owner` being [`NONE`] where
+/// unresolved. Each tensor is resolved once: O(1) amortised. The chains
+/// end (an alias reads an input of its op, and the graph has a schedule).
+fn resolve_owner(g: &Graph, owner: &mut [u32], path: &mut Vec<u32>, t: u32) {
+    path.clear();
+    let mut x = t;
+    let root = loop {
+        let o = owner[x as usize];
+        if o != NONE {
+            break o;
         }
+        let a = g.tensors[x as usize].alias_of;
+        // The bound only matters for a graph that has no schedule.
+        if a == NONE || path.len() == owner.len() {
+            break x;
+        }
+        path.push(x);
+        x = a;
+    };
+    owner[x as usize] = root;
+    for &y in path.iter() {
+        owner[y as usize] = root;
     }
-    owner
 }
 
 /// Difference-array sweep: + bytes at produce, - bytes after last use.
