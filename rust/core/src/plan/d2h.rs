@@ -21,6 +21,8 @@
 //! # Complexity
 //! O(N) to build, O(log N) per job added and per query.
 
+use super::memtree::tree_size;
+
 /// Below any real time: a position without a job.
 const NO_JOB: f64 = -1e300;
 
@@ -40,8 +42,8 @@ impl D2hQueue {
         let len = len.max(1);
         D2hQueue {
             len,
-            max: vec![NO_JOB; 4 * len],
-            lazy: vec![0.0; 4 * len],
+            max: vec![NO_JOB; tree_size(len)],
+            lazy: vec![0.0; tree_size(len)],
             dur: vec![0.0; len + 1],
         }
     }

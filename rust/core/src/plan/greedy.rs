@@ -19,7 +19,8 @@
 //!
 //! # Complexity
 //! O((S + R) log^2 N) for S swap and R recompute options after the
-//! O(C log N log C) index build: each step is one max query, one stabbing
+//! O(C log C + C log N + N) index build (once per pool, `Index`; O(N) to
+//! restore it for another run): each step is one max query, one stabbing
 //! query (amortised O(log N) entries, each checked in O(log N) against the
 //! engine's queue) and O(k log N) range updates for an option touching k
 //! tensors.
@@ -96,6 +97,25 @@ pub fn choose(ctx: &Ctx<'_>, pool: &Pool<'_>, target: u64, lambda: f64) -> Chose
     choose_with(ctx, pool, target, lambda, guide)
 }
 
+/// The options of a pool ranked for the greedy: built once, reused by
+/// every greedy run on the same pool (`choose_indexed`).
+pub struct Index {
+    score: Vec<f64>,
+    stab: Stab,
+}
+
+impl Index {
+    /// Every option's freed intervals in a stabbing index, with its score.
+    ///
+    /// # Complexity
+    /// As [`Stab::new`] for the options' intervals.
+    pub fn new(ctx: &Ctx<'_>, pool: &Pool<'_>, lambda: f64) -> Self {
+        let (intervals, score) = index(ctx, pool, lambda);
+        let stab = Stab::new(ctx.s.order.len(), &intervals, &score);
+        Index { score, stab }
+    }
+}
+
 /// [`choose`], guided by `guide`.
 pub fn choose_with(
     ctx: &Ctx<'_>,
@@ -104,10 +124,23 @@ pub fn choose_with(
     lambda: f64,
     guide: Guide<'_>,
 ) -> Chosen {
-    let (intervals, score) = index(ctx, pool, lambda);
+    let mut ix = Index::new(ctx, pool, lambda);
+    choose_indexed(ctx, pool, &mut ix, target, guide)
+}
+
+/// [`choose_with`] on a prebuilt index of `pool` (its entries are restored
+/// first, so one index serves any number of runs).
+pub fn choose_indexed(
+    ctx: &Ctx<'_>,
+    pool: &Pool<'_>,
+    ix: &mut Index,
+    target: u64,
+    guide: Guide<'_>,
+) -> Chosen {
+    ix.stab.reset();
+    let (stab, score) = (&mut ix.stab, &ix.score);
     let n_options = score.len();
     let n = ctx.s.order.len();
-    let mut stab = Stab::new(n, &intervals, &score);
     let init: Vec<i64> = ctx
         .l
         .timeline
@@ -137,7 +170,7 @@ pub fn choose_with(
             break;
         }
         let valid = |id: u32| valid(ctx, pool, &st, &chosen.swaps, id as usize, p);
-        let Some(id) = stab.best(p, &score, valid) else {
+        let Some(id) = stab.best(p, score, valid) else {
             if stuck.len() == MAX_SET_ASIDE {
                 break;
             }

@@ -4,6 +4,13 @@
 //! # Complexity
 //! O(N) to build, O(log N) per range add and per max query, O(N) memory.
 
+/// Nodes of a tree over `len` leaves split at midpoints, numbered from 1
+/// (children `2k`, `2k + 1`): its depth is at most `ceil(log2 len)`, so
+/// every index is below `2 * len.next_power_of_two()` (at most `4 * len`).
+pub(crate) fn tree_size(len: usize) -> usize {
+    2 * len.max(1).next_power_of_two()
+}
+
 /// Range-add / range-max over `len` positions of signed byte counts.
 #[derive(Debug, Clone)]
 pub struct MemTree {
@@ -18,8 +25,8 @@ impl MemTree {
         let len = values.len().max(1);
         let mut t = MemTree {
             len,
-            max: vec![i64::MIN / 4; 4 * len],
-            lazy: vec![0; 4 * len],
+            max: vec![i64::MIN / 4; tree_size(len)],
+            lazy: vec![0; tree_size(len)],
         };
         if !values.is_empty() {
             t.build(1, 0, len - 1, values);

@@ -33,7 +33,7 @@ use rustc_hash::{FxHashMap, FxHashSet};
 
 use super::candidates::{swap_candidates, SwapCandidate};
 use super::cuts::{cut_segments, sqrt_spans, Cuts};
-use super::greedy::{choose_with, queued_out_ends, Chosen, Guide, Pool};
+use super::greedy::{choose_indexed, queued_out_ends, Chosen, Guide, Index, Pool};
 use super::links::place_swap_ins;
 use super::options::{recompute_options as unit_options, swap_option, Ctx, RecomputeOpt, SwapOpt};
 use super::partition::partition;
@@ -446,26 +446,28 @@ impl<'a> Planner<'a> {
     /// device-to-host queue first; if that finds no plan, without the check
     /// (the position model is pessimistic where stalls slow the step).
     fn fit(&self, swap: bool, rec: bool, who: &'static str) -> Option<Planned> {
-        let checked = self.fit_with(swap, rec, who, true);
-        if checked.is_some() || !swap {
-            return checked;
-        }
-        self.fit_with(swap, rec, who, false)
-    }
-
-    fn fit_with(
-        &self,
-        swap: bool,
-        rec: bool,
-        who: &'static str,
-        queue_check: bool,
-    ) -> Option<Planned> {
         let pool = Pool {
             cands: &self.cands,
             swaps: if swap { &self.swaps } else { &[] },
             tensor_of_swap: if swap { &self.swap_tensor } else { &[] },
             recomputes: if rec { &self.recs } else { &[] },
         };
+        // One index of the pool serves every greedy run of both loops.
+        let mut ix = Index::new(self.ctx, &pool, self.opts.lambda);
+        let checked = self.fit_with(&pool, &mut ix, who, true);
+        if checked.is_some() || !swap {
+            return checked;
+        }
+        self.fit_with(&pool, &mut ix, who, false)
+    }
+
+    fn fit_with(
+        &self,
+        pool: &Pool<'_>,
+        ix: &mut Index,
+        who: &'static str,
+        queue_check: bool,
+    ) -> Option<Planned> {
         let budget = self.opts.budget;
         let mut target = budget;
         // Each round's swap-outs end no earlier than the engine's queue
@@ -477,7 +479,7 @@ impl<'a> Planner<'a> {
                 out_floor: &floor,
                 queue_check,
             };
-            let chosen = choose_with(self.ctx, &pool, target, self.opts.lambda, guide);
+            let chosen = choose_indexed(self.ctx, pool, ix, target, guide);
             // Swap-ins placed so queued copies still arrive in time; if that
             // holds too much memory, the triggers from the options.
             let mut placed = chosen.clone();

@@ -2,10 +2,13 @@
 //! covers a point, the best one still valid.
 //!
 //! # Complexity
-//! O(C log N) entries for C intervals over N positions, sorted once
-//! (O(C log N log C)). A query walks one root-to-leaf path, O(log N), plus
-//! the entries it discards; an entry is discarded once, so all queries
-//! together cost O((Q + C) log N).
+//! O(C log N) entries for C intervals over N positions, placed by a
+//! counting sort after one sort of the intervals by score (O(C log C + C log
+//! N + N)). A query walks one root-to-leaf path, O(log N), plus the entries
+//! it discards; an entry is discarded once, so all queries together cost
+//! O((Q + C) log N). [`Stab::reset`] restores every entry in O(N).
+
+use super::memtree::tree_size;
 
 /// Intervals `[lo, hi]` over `0..len`, each with a score (higher is better).
 /// The canonical segment-tree nodes of each interval hold its id; each
@@ -29,7 +32,11 @@ impl Stab {
                 .total_cmp(&score[key(a)])
                 .then(key(a).cmp(&key(b)))
         });
+        // The canonical nodes of every interval, in score order; then a
+        // counting sort by node (stable: ids stay in score order per node).
+        let size = tree_size(len);
         let mut pairs: Vec<(u32, u32)> = Vec::new();
+        let mut off = vec![0u32; size + 1];
         for k in by_score {
             let (id, lo, hi) = intervals[k];
             if lo <= hi && (lo as usize) < len {
@@ -37,22 +44,33 @@ impl Stab {
                 insert(&mut pairs, 1, 0, len - 1, lo as usize, hi, id);
             }
         }
-        // Stable by node: within a node, ids stay in score order.
-        pairs.sort_by_key(|&(node, _)| node);
-        let mut off = vec![0u32; 4 * len + 1];
         for &(node, _) in &pairs {
             off[node as usize + 1] += 1;
         }
-        for k in 0..4 * len {
+        for k in 0..size {
             off[k + 1] += off[k];
         }
-        let ids = pairs.into_iter().map(|(_, id)| id).collect();
+        let mut cursor = off[..size].to_vec();
+        let mut ids = vec![0u32; pairs.len()];
+        for (node, id) in pairs {
+            let c = &mut cursor[node as usize];
+            ids[*c as usize] = id;
+            *c += 1;
+        }
+        cursor.copy_from_slice(&off[..size]);
         Stab {
             len,
-            cursor: off[..4 * len].to_vec(),
+            cursor,
             off,
             ids,
         }
+    }
+
+    /// Every entry back, as built (for another greedy run on the same
+    /// options).
+    pub fn reset(&mut self) {
+        let n = self.cursor.len();
+        self.cursor.copy_from_slice(&self.off[..n]);
     }
 
     /// The best option covering `p` for which `valid` holds. Options found
