@@ -14,7 +14,7 @@ use crate::graph::Graph;
 use crate::plan::options::Ctx;
 use crate::plan::planner::{PlanOptions, Planned, Planner, Verdict};
 use crate::plan::Plan;
-use crate::simulate::{simulate, simulate_summary, SimResult};
+use crate::simulate::{simulate_on, simulate_summary_on, Layout, SimOptions, SimResult};
 use crate::Analysis;
 
 /// Predicted figures of one step.
@@ -150,7 +150,10 @@ pub fn plan_analysis(
         });
     }
     let ctx = Ctx::new(a, &times, dev);
-    let original = simulate(&a.graph, &a.schedule, &times, dev, &Plan::default())?;
+    // One layout of the graph serves every simulation below.
+    let lay = Layout::new(&a.graph, &a.schedule, &times, dev)?;
+    let full = |p: &Plan| simulate_on(&lay, dev, p, &SimOptions::default());
+    let original = full(&Plan::default())?;
     let judge = |p: &Plan| -> Result<Verdict> {
         if p.swaps.is_empty() && p.recomputes.is_empty() {
             // The planner judges the empty plan first: already simulated.
@@ -159,7 +162,7 @@ pub fn plan_analysis(
                 step_time_s: original.step_time_s,
             });
         }
-        let r = simulate_summary(&a.graph, &a.schedule, &times, dev, p)?;
+        let r = simulate_summary_on(&lay, dev, p)?;
         Ok(Verdict {
             peak_bytes: r.peak_bytes,
             step_time_s: r.step_time_s,
@@ -182,12 +185,12 @@ pub fn plan_analysis(
         e => e,
     })?;
     let mut plan = planned.plan;
-    let chosen = simulate(&a.graph, &a.schedule, &times, dev, &plan)?;
+    let chosen = full(&plan)?;
     let sim = if plan.swaps.is_empty() {
         chosen // no release nodes to set: the same plan
     } else {
         crate::plan::release::set_releases(&a.graph, &a.schedule, &mut plan, &chosen);
-        simulate(&a.graph, &a.schedule, &times, dev, &plan)?
+        full(&plan)?
     };
     if sim.peak_bytes > opts.budget {
         return Err(PlanError::Budget {

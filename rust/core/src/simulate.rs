@@ -38,13 +38,18 @@
 //! [`crate::liveness::liveness`]'s.
 //!
 //! # Complexity
-//! O((N + C) + E + P log P + M) time and O(N + T + C + P) memory for N
-//! nodes, C clones, E edges, P swap and recompute entries of the plan and M
-//! kept events. Deterministic: hash maps serve keyed lookups (and one
+//! O((N + C) + E + P log P + M) time and O(N + T + E + C + P) memory for
+//! N nodes, T tensors, C clones, E edges, P swap and recompute entries of
+//! the plan and M kept events. The graph's layout in schedule order
+//! (`layout.rs`, O(N + T + E)) can be built once for many simulations
+//! ([`simulate_on`], [`simulate_summary_on`]). Deterministic: hash maps serve keyed lookups (and one
 //! minimum for an error message), never an iteration order.
 
+mod layout;
 mod link;
 mod prep;
+
+pub use layout::Layout;
 
 use serde::{Deserialize, Serialize};
 
@@ -171,9 +176,24 @@ pub fn simulate_with(
     plan: &Plan,
     opts: &SimOptions,
 ) -> Result<SimResult> {
-    check_args(g, s, costs, dev)?;
-    let prep = Prep::new(g, s, plan)?;
-    let mut sim = Sim::new(g, plan, &prep, costs, dev);
+    let lay = Layout::new(g, s, costs, dev)?;
+    simulate_on(&lay, dev, plan, opts)
+}
+
+/// [`simulate_with`] on a graph already laid out ([`Layout`]): for many
+/// simulations of one graph, schedule and op times.
+///
+/// # Errors
+/// As [`simulate`].
+pub fn simulate_on(
+    lay: &Layout<'_>,
+    dev: &DeviceModel,
+    plan: &Plan,
+    opts: &SimOptions,
+) -> Result<SimResult> {
+    dev.validate()?;
+    let prep = Prep::new(lay.g, lay.s, plan)?;
+    let mut sim = Sim::new(lay, plan, &prep, dev);
     sim.run()?;
     Ok(sim.result(opts))
 }
@@ -201,9 +221,17 @@ pub fn simulate_summary(
     dev: &DeviceModel,
     plan: &Plan,
 ) -> Result<SimSummary> {
-    check_args(g, s, costs, dev)?;
-    let prep = Prep::new(g, s, plan)?;
-    let mut sim = Sim::new(g, plan, &prep, costs, dev);
+    simulate_summary_on(&Layout::new(g, s, costs, dev)?, dev, plan)
+}
+
+/// [`simulate_summary`] on a graph already laid out ([`Layout`]).
+///
+/// # Errors
+/// As [`simulate`].
+pub fn simulate_summary_on(lay: &Layout<'_>, dev: &DeviceModel, plan: &Plan) -> Result<SimSummary> {
+    dev.validate()?;
+    let prep = Prep::new(lay.g, lay.s, plan)?;
+    let mut sim = Sim::new(lay, plan, &prep, dev);
     sim.run()?;
     Ok(sim.summary())
 }
@@ -276,9 +304,9 @@ impl Bufs {
 /// The state of one simulation.
 struct Sim<'a> {
     g: &'a Graph,
+    lay: &'a Layout<'a>,
     plan: &'a Plan,
     p: &'a Prep,
-    costs: &'a [f64],
     /// Start and end of every stream item.
     start: Vec<f64>,
     end: Vec<f64>,
@@ -290,6 +318,7 @@ struct Sim<'a> {
     /// End of each swap-in's trigger (NaN until it has run).
     trig_end: Vec<f64>,
     bufs: Bufs,
+    /// Buffer of every original tensor, by slot ([`Layout`]).
     orig_buf: Vec<u32>,
     clone_buf: Vec<u32>,
     stall: f64,
@@ -298,13 +327,8 @@ struct Sim<'a> {
 }
 
 impl<'a> Sim<'a> {
-    fn new(
-        g: &'a Graph,
-        plan: &'a Plan,
-        p: &'a Prep,
-        costs: &'a [f64],
-        dev: &DeviceModel,
-    ) -> Sim<'a> {
+    fn new(lay: &'a Layout<'a>, plan: &'a Plan, p: &'a Prep, dev: &DeviceModel) -> Sim<'a> {
+        let g = lay.g;
         let n_swaps = plan.swaps.len();
         let n_ins = p.in_tensor.len();
         let vb = |t: u32| g.tensors[t as usize].value_bytes;
@@ -325,9 +349,9 @@ impl<'a> Sim<'a> {
         );
         Sim {
             g,
+            lay,
             plan,
             p,
-            costs,
             start: vec![0.0; items],
             end: vec![0.0; items],
             xf,
@@ -347,13 +371,26 @@ impl<'a> Sim<'a> {
     /// Walks the compute stream, then lets the link finish.
     fn run(&mut self) -> Result<()> {
         let (mut prev, mut f) = (0.0f64, 0usize);
+        // Position of the next original op (they run in schedule order).
+        let mut q = 0usize;
         for item in 0..self.p.item_node.len() {
-            let st = self.read_inputs(item as u32, prev)?;
+            let original = self.p.item_clone[item] == NONE;
+            let st = if original {
+                self.read_original(item as u32, q, prev)?
+            } else {
+                self.read_clone(item as u32, prev)?
+            };
             let st = self.released(item as u32, st)?;
             self.stall += st - prev;
-            self.alloc_outputs(item as u32);
-            let d = self.costs[self.p.item_node[item] as usize];
-            if self.p.item_clone[item] == NONE {
+            let d = if original {
+                self.alloc_original(item as u32, q);
+                q += 1;
+                self.lay.cost[q - 1]
+            } else {
+                self.alloc_clone(item as u32);
+                self.lay.costs[self.p.item_node[item] as usize]
+            };
+            if original {
                 self.compute += d;
             } else {
                 self.recompute += d;
@@ -369,26 +406,38 @@ impl<'a> Sim<'a> {
         self.drain()
     }
 
-    /// Marks every input of `item` read; returns when they are all on the device.
-    fn read_inputs(&mut self, item: u32, prev: f64) -> Result<f64> {
-        let (g, p) = (self.g, self.p);
-        let v = p.item_node[item as usize];
-        let c = p.item_clone[item as usize];
+    /// Marks every input of original `item` (at position `q`) read;
+    /// returns when they are all on the device.
+    fn read_original(&mut self, item: u32, q: usize, prev: f64) -> Result<f64> {
+        let lay = self.lay;
+        let (lo, hi) = (lay.in_off[q] as usize, lay.in_off[q + 1] as usize);
         let mut st = prev;
-        if c == NONE {
-            let red = p.redirected[v as usize];
-            for &t in g.inputs(v) {
-                let src = match red {
-                    true => p.redirect.get(&(v, t)).copied().unwrap_or(Src::Orig(t)),
-                    false => Src::Orig(t),
-                };
-                st = st.max(self.read(src, item)?);
+        if self.p.redirected[item as usize] {
+            let v = self.p.item_node[item as usize];
+            for &t in self.g.inputs(v) {
+                let src = self.p.redirect.get(&(v, t)).copied();
+                st = st.max(self.read(src.unwrap_or(Src::Orig(t)), item)?);
             }
         } else {
-            let (lo, hi) = (p.clone_in_off[c as usize], p.clone_in_off[c as usize + 1]);
-            for &src in &p.clone_in[lo as usize..hi as usize] {
-                st = st.max(self.read(src, item)?);
+            for &slot in &lay.in_slot[lo..hi] {
+                let b = self.orig_buf[slot as usize];
+                if b != NONE {
+                    self.bufs.last[b as usize] = item;
+                }
             }
+        }
+        Ok(st)
+    }
+
+    /// Marks every input of clone `item` read; returns when they are all
+    /// on the device.
+    fn read_clone(&mut self, item: u32, prev: f64) -> Result<f64> {
+        let p = self.p;
+        let c = p.item_clone[item as usize];
+        let (lo, hi) = (p.clone_in_off[c as usize], p.clone_in_off[c as usize + 1]);
+        let mut st = prev;
+        for &src in &p.clone_in[lo as usize..hi as usize] {
+            st = st.max(self.read(src, item)?);
         }
         Ok(st)
     }
@@ -411,7 +460,7 @@ impl<'a> Sim<'a> {
 
     fn buf_of(&self, src: Src) -> u32 {
         match src {
-            Src::Orig(t) => self.orig_buf[t as usize],
+            Src::Orig(t) => self.orig_buf[self.lay.slot[t as usize] as usize],
             Src::In(i) => i,
             Src::Clone(c, k) => self.clone_buf[(self.p.cout_off[c as usize] + k) as usize],
         }
@@ -429,27 +478,36 @@ impl<'a> Sim<'a> {
         }
     }
 
-    /// Buffers of the outputs of `item`: new ones, or the aliased input's.
-    fn alloc_outputs(&mut self, item: u32) {
+    /// Buffers of the outputs of original `item` at position `q`: new
+    /// ones, or the aliased input's.
+    fn alloc_original(&mut self, item: u32, q: usize) {
+        let lay = self.lay;
+        for slot in lay.out_off[q] as usize..lay.out_off[q + 1] as usize {
+            let b = match lay.alias[slot] {
+                NONE if lay.bytes[slot] > 0 => self.bufs.push(lay.bytes[slot], item),
+                NONE => NONE,
+                a => self.orig_buf[a as usize],
+            };
+            self.orig_buf[slot] = b;
+        }
+    }
+
+    /// Buffers of the outputs of clone `item`: new ones, or the aliased
+    /// input's.
+    fn alloc_clone(&mut self, item: u32) {
         let (g, p) = (self.g, self.p);
         let v = p.item_node[item as usize];
         let c = p.item_clone[item as usize];
         for (k, t) in g.outputs(v).enumerate() {
             let tt = &g.tensors[t as usize];
             let b = if tt.alias_of != NONE {
-                match c {
-                    NONE => self.orig_buf[tt.alias_of as usize],
-                    _ => self.clone_alias_buf(c, v, k),
-                }
+                self.clone_alias_buf(c, v, k)
             } else if tt.bytes > 0 {
                 self.bufs.push(tt.bytes, item)
             } else {
                 NONE
             };
-            match c {
-                NONE => self.orig_buf[t as usize] = b,
-                _ => self.clone_buf[(p.cout_off[c as usize] + k as u32) as usize] = b,
-            }
+            self.clone_buf[(p.cout_off[c as usize] + k as u32) as usize] = b;
         }
     }
 
@@ -655,7 +713,7 @@ impl Sim<'_> {
     /// A swapped tensor's buffer is held until its swap-out has ended.
     fn hold_swapped(&mut self) {
         for (k, sw) in self.plan.swaps.iter().enumerate() {
-            let b = self.orig_buf[sw.tensor as usize];
+            let b = self.orig_buf[self.lay.slot[sw.tensor as usize] as usize];
             if b != NONE {
                 let h = &mut self.bufs.held[b as usize];
                 *h = h.max(self.xf[k].end);

@@ -75,6 +75,7 @@ pub(super) struct Prep {
     pub(super) in_base: Vec<u32>,
     /// Reads of original nodes served by a swap-in or a clone.
     pub(super) redirect: FxHashMap<(u32, u32), Src>,
+    /// Per stream item: does it read anything redirected?
     pub(super) redirected: Vec<bool>,
     /// Sources listed for clones' reads, keyed by (node, tensor).
     cands: FxHashMap<(u32, u32), Vec<Cand>>,
@@ -211,7 +212,7 @@ impl Prep {
             in_tensor: Vec::new(),
             in_base: vec![0],
             redirect: FxHashMap::default(),
-            redirected: vec![false; g.num_nodes()],
+            redirected: vec![false; total],
             cands: FxHashMap::default(),
             fires: Vec::new(),
             release: FxHashMap::default(),
@@ -259,7 +260,7 @@ impl Prep {
                 )));
             }
         }
-        self.redirected[c as usize] = true;
+        self.redirected[self.node_item[c as usize] as usize] = true;
         Ok(())
     }
 
