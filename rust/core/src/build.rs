@@ -17,7 +17,7 @@ use rustc_hash::FxHashMap;
 
 use crate::dtype::DType;
 use crate::error::{PlanError, Result};
-use crate::graph::{Graph, Name, Node, NodeFlags, Tensor, NONE};
+use crate::graph::{big_vec_of, Graph, Name, Node, NodeFlags, Tensor, NONE};
 use crate::graphdef::{Attr, RawGraph, RawNode, Shape};
 use crate::opkind;
 
@@ -527,7 +527,7 @@ fn invert(
     targets: &[u32],
     slots: bool,
 ) -> (Vec<u32>, Vec<u32>, Vec<u32>) {
-    let mut off = vec![0u32; len + 1];
+    let mut off = big_vec_of(len + 1, 0u32);
     for &t in targets {
         off[t as usize] += 1;
     }
@@ -537,9 +537,9 @@ fn invert(
         *o = sum;
     }
     off[len] = sum;
-    let mut node = vec![0u32; targets.len()];
+    let mut node = big_vec_of(targets.len(), 0u32);
     let mut slot = if slots {
-        vec![0u32; targets.len()]
+        big_vec_of(targets.len(), 0u32)
     } else {
         Vec::new()
     };

@@ -44,7 +44,7 @@ use crate::build::{self, BuildOptions, MAX_OUTPUTS};
 use crate::dtype::DType;
 use crate::error::Result;
 use crate::flatdecode::{self, Arrays, NodeAttrs, NodeView};
-use crate::graph::{Graph, Name, Node, NodeFlags, Tensor, NONE};
+use crate::graph::{big_vec, Graph, Name, Node, NodeFlags, Tensor, NONE};
 use crate::nametable::{self, Interner, Names};
 use crate::opkind;
 use crate::wire::Malformed;
@@ -141,7 +141,7 @@ impl<'a> Builder<'a> {
         // Device 0 is the empty device, as in the reference route.
         let _ = devices.id(b"");
         let with_zero = |cap: usize| {
-            let mut v = Vec::with_capacity(cap);
+            let mut v = big_vec(cap);
             v.push(0);
             v
         };
@@ -149,15 +149,15 @@ impl<'a> Builder<'a> {
             names: Names::with_capacity(n, text),
             ops: Interner::new(),
             devices,
-            meta: Vec::with_capacity(n),
+            meta: big_vec(n),
             in_off: with_zero(n + 1),
-            in_src: Vec::with_capacity(n * 3 / 2),
-            in_k: Vec::with_capacity(n * 3 / 2),
+            in_src: big_vec(n * 3 / 2),
+            in_k: big_vec(n * 3 / 2),
             ctl_off: with_zero(n + 1),
-            ctl_src: Vec::with_capacity(n / 2),
-            far: Vec::with_capacity(n / 2),
-            counts: Vec::with_capacity(n),
-            out_dtype: Vec::with_capacity(n),
+            ctl_src: big_vec(n / 2),
+            far: big_vec(n / 2),
+            counts: big_vec(n),
+            out_dtype: big_vec(n),
             unshaped: Vec::new(),
         }
     }
@@ -292,7 +292,7 @@ impl<'a> Builder<'a> {
             return Err(Defer);
         }
         let names = Name::split(Arc::new(text), ends.iter().map(|&e| e as usize));
-        let mut nodes = Vec::with_capacity(self.meta.len());
+        let mut nodes = big_vec(self.meta.len());
         nodes.extend(names.zip(&self.meta).map(|(name, m)| Node {
             name,
             op: m.op,
@@ -308,7 +308,7 @@ impl<'a> Builder<'a> {
         if !self.unshaped.is_empty() {
             self.count_unshaped(arrays)?;
         }
-        g.out_off.reserve_exact(self.counts.len() + 1);
+        g.out_off = big_vec(self.counts.len() + 1);
         g.out_off.push(0);
         let mut total = 0u64;
         for &c in &self.counts {
@@ -371,7 +371,7 @@ impl<'a> Builder<'a> {
         let in_place = self.unshaped.is_empty();
         let out_dims = take(&mut arrays.out.dims);
         let out_shapes = take(&mut arrays.out.shapes);
-        g.tensors.reserve_exact(dt.len());
+        g.tensors = big_vec(dt.len());
         let (mut u, mut c) = (0, 0);
         for i in 0..self.meta.len() {
             let (lo, hi) = (g.out_off[i] as usize, g.out_off[i + 1] as usize);

@@ -11,7 +11,7 @@
 //! # Complexity
 //! O(N + T + E) time and O(T + N) memory.
 
-use crate::graph::{Graph, NONE};
+use crate::graph::{big_vec_of, Graph, NONE};
 use crate::schedule::Schedule;
 
 /// Live intervals and the memory timeline.
@@ -39,9 +39,9 @@ pub struct Liveness {
 /// largest of its own and its aliases' (a maximum: any order gives it).
 pub fn liveness(g: &Graph, s: &Schedule) -> Liveness {
     let nt = g.num_tensors();
-    let mut produce = vec![0u32; nt];
-    let mut last_use = vec![0u32; nt];
-    let mut owner = vec![NONE; nt];
+    let mut produce = big_vec_of(nt, 0u32);
+    let mut last_use = big_vec_of(nt, 0u32);
+    let mut owner = big_vec_of(nt, NONE);
     let mut path = Vec::new();
     for (t, tt) in g.tensors.iter().enumerate() {
         let p = s.pos[tt.node as usize];
@@ -137,7 +137,7 @@ pub(crate) fn memory_timeline(
 /// The differences as `i64` (stored as their two's complement in `u64`),
 /// or `None` if one does not fit.
 fn deltas_i64(g: &Graph, produce: &[u32], last_use: &[u32], len: usize) -> Option<Vec<u64>> {
-    let mut delta = vec![0u64; len + 1];
+    let mut delta = big_vec_of(len + 1, 0u64);
     for (t, tt) in g.tensors.iter().enumerate() {
         if tt.bytes == 0 {
             continue;

@@ -26,7 +26,7 @@ use std::hash::Hasher;
 
 use rustc_hash::FxHasher;
 
-use crate::graph::NONE;
+use crate::graph::{big_vec, NONE};
 
 /// The hash of a name, as the table uses it.
 #[inline]
@@ -155,9 +155,9 @@ impl Names {
     /// Room for about `n` names of `text` bytes in all.
     pub(crate) fn with_capacity(n: usize, text: usize) -> Names {
         Names {
-            text: Vec::with_capacity(text),
-            ends: Vec::with_capacity(n),
-            hashes: Vec::with_capacity(n),
+            text: big_vec(text),
+            ends: big_vec(n),
+            hashes: big_vec(n),
             recent: vec![(0, NONE); RECENT],
             groups: Groups::default(),
         }

@@ -18,7 +18,7 @@
 //! O(N + E). A cycle is reported with the nodes on it, found in O(N + E).
 
 use crate::error::{PlanError, Result};
-use crate::graph::Graph;
+use crate::graph::{big_vec, big_vec_of, Graph};
 
 /// A schedule: `order[p]` is the node at position `p`, `pos[v]` the position of node `v`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -38,7 +38,7 @@ pub fn schedule(g: &Graph) -> Result<Schedule> {
         .collect();
     // The order is the queue: nodes are appended as they become ready and
     // taken from the front, at `next`.
-    let mut order = Vec::with_capacity(n);
+    let mut order = big_vec(n);
     order.extend((0..n as u32).filter(|&v| indeg[v as usize] == 0));
     let mut next = 0;
     while let Some(&v) = order.get(next) {
@@ -58,7 +58,7 @@ pub fn schedule(g: &Graph) -> Result<Schedule> {
             nodes: find_cycle(g, &indeg),
         });
     }
-    let mut pos = vec![0u32; n];
+    let mut pos = big_vec_of(n, 0u32);
     for (p, &v) in order.iter().enumerate() {
         pos[v as usize] = p as u32;
     }
