@@ -639,11 +639,13 @@ impl Meter {
 }
 
 impl Sim<'_> {
-    /// Frees by compute item (CSR), and the link-timed events sorted by
-    /// time (allocations first at one instant).
-    fn memory_events(&self) -> (Vec<u32>, Vec<u32>, Vec<MemEv>) {
+    /// Bytes freed by each compute item when it ends (one sum: its frees
+    /// are consecutive events at one instant, which the timeline merges into
+    /// one point), and the link-timed events sorted by time (allocations
+    /// first at one instant).
+    fn memory_events(&self) -> (Vec<i128>, Vec<MemEv>) {
         let mut link_ev = Vec::new();
-        let mut free_item = vec![NONE; self.bufs.bytes.len()];
+        let mut freed = vec![0i128; self.start.len()];
         for (b, &bytes) in self.bufs.bytes.iter().enumerate() {
             let d = i128::from(bytes);
             let (alloc, last, held) = (self.bufs.alloc[b], self.bufs.last[b], self.bufs.held[b]);
@@ -661,12 +663,11 @@ impl Sim<'_> {
                     delta: -d,
                 });
             } else {
-                free_item[b] = last;
+                freed[last as usize] += d;
             }
         }
         link_ev.sort_by(|a, b| a.time.total_cmp(&b.time).then(b.delta.cmp(&a.delta)));
-        let (off, list) = bucket(&free_item, self.start.len());
-        (off, list, link_ev)
+        (freed, link_ev)
     }
 
     /// Sweeps the events in order: the peak and, with `record`, the timeline.
@@ -685,7 +686,7 @@ impl Sim<'_> {
             last_up: true,
             record,
         };
-        let (off, list, link_ev) = self.memory_events();
+        let (freed, link_ev) = self.memory_events();
         let (mut li, mut ab) = (0usize, self.p.in_tensor.len());
         // Link events at an instant go after the frees of the items that
         // ended then and before the allocations of the items that start then.
@@ -702,9 +703,7 @@ impl Sim<'_> {
                 ab += 1;
             }
             flush(&mut m, &mut li, &|t| t < self.end[p]);
-            for &b in &list[off[p] as usize..off[p + 1] as usize] {
-                m.apply(self.end[p], -i128::from(self.bufs.bytes[b as usize]));
-            }
+            m.apply(self.end[p], -freed[p]);
         }
         flush(&mut m, &mut li, &|_| true);
         m
@@ -797,37 +796,9 @@ impl Sim<'_> {
     }
 }
 
-/// Counting sort of `key[b]` (NONE skipped) into buckets `0..n`: offsets
-/// (len n + 1) and the members of each bucket in increasing order.
-fn bucket(key: &[u32], n: usize) -> (Vec<u32>, Vec<u32>) {
-    let mut off = vec![0u32; n + 1];
-    for &k in key.iter().filter(|&&k| k != NONE) {
-        off[k as usize + 1] += 1;
-    }
-    for i in 0..n {
-        off[i + 1] += off[i];
-    }
-    let mut fill = off.clone();
-    let mut list = vec![0u32; off[n] as usize];
-    for (b, &k) in key.iter().enumerate() {
-        if k != NONE {
-            list[fill[k as usize] as usize] = b as u32;
-            fill[k as usize] += 1;
-        }
-    }
-    (off, list)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn bucket_sorts_by_key_and_skips_none() {
-        let (off, list) = bucket(&[2, NONE, 0, 2, 1], 3);
-        assert_eq!(off, vec![0, 1, 2, 4]);
-        assert_eq!(list, vec![2, 4, 0, 3]);
-    }
 
     #[test]
     fn summary_matches_the_full_simulation() {
