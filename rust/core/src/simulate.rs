@@ -696,14 +696,14 @@ impl Sim<'_> {
                 *li += 1;
             }
         };
-        for p in 0..self.start.len() {
+        for (p, &out) in freed.iter().enumerate() {
             flush(&mut m, &mut li, &|t| t <= self.start[p]);
             while ab < self.bufs.alloc.len() && self.bufs.alloc[ab] as usize == p {
                 m.apply(self.start[p], i128::from(self.bufs.bytes[ab]));
                 ab += 1;
             }
             flush(&mut m, &mut li, &|t| t < self.end[p]);
-            m.apply(self.end[p], -freed[p]);
+            m.apply(self.end[p], -out);
         }
         flush(&mut m, &mut li, &|_| true);
         m
