@@ -297,22 +297,30 @@ fn triggers<'c>(cands: &[&'c SwapCandidate]) -> Vec<(u32, Vec<&'c SwapCandidate>
 }
 
 /// Nodes of the unit that the saved tensors depend on, in schedule order.
-fn clone_set(g: &Graph, nodes: &[u32], saved: &[&SwapCandidate], in_unit: &[bool]) -> Vec<u32> {
+/// A node is marked visited by clearing its `in_unit` flag for the walk
+/// (restored before returning): no hashing, O(size of the unit + its edges).
+fn clone_set(g: &Graph, nodes: &[u32], saved: &[&SwapCandidate], in_unit: &mut [bool]) -> Vec<u32> {
     let mut need: Vec<u32> = saved
         .iter()
         .map(|c| g.tensors[c.tensor as usize].node)
         .collect();
-    let mut mark = rustc_hash::FxHashSet::default();
+    let mut marked = Vec::new();
     while let Some(v) = need.pop() {
-        if mark.insert(v) {
-            for p in g.predecessors(v) {
-                if in_unit[p as usize] {
-                    need.push(p);
-                }
-            }
+        if in_unit[v as usize] {
+            in_unit[v as usize] = false;
+            marked.push(v);
+            need.extend(g.predecessors(v).filter(|&p| in_unit[p as usize]));
         }
     }
-    nodes.iter().copied().filter(|v| mark.contains(v)).collect()
+    let clones = nodes
+        .iter()
+        .copied()
+        .filter(|&v| !in_unit[v as usize])
+        .collect();
+    for v in marked {
+        in_unit[v as usize] = true;
+    }
+    clones
 }
 
 fn finish_recompute(
@@ -352,11 +360,12 @@ fn finish_recompute(
         .filter(|&&o| l.last_use[o as usize] < trigger)
         .map(|&o| g.tensors[o as usize].bytes)
         .sum();
-    let saved_t: rustc_hash::FxHashSet<u32> = saved.iter().map(|c| c.tensor).collect();
+    let mut saved_t: Vec<u32> = saved.iter().map(|c| c.tensor).collect();
+    saved_t.sort_unstable();
     let transient = clones
         .iter()
         .flat_map(|&v| g.outputs(v))
-        .filter(|t| !saved_t.contains(t))
+        .filter(|t| saved_t.binary_search(t).is_err())
         .map(|t| g.tensors[t as usize].bytes)
         .sum();
     Some(RecomputeOpt {
