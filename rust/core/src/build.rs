@@ -278,11 +278,11 @@ pub(crate) fn finish(
     lookup: impl Fn(&Graph, &str) -> Option<u32>,
 ) -> Result<()> {
     add_consumers(g);
-    set_flags_and_aliases(g);
+    let variables = set_flags_and_aliases(g);
     crate::phase::classify(g, opts.loss.as_deref(), lookup)?;
     g.persistent_bytes = match opts.persistent_bytes {
         Some(b) => b,
-        None => persistent_bytes(g),
+        None => persistent_bytes(g, &variables),
     };
     Ok(())
 }
@@ -559,8 +559,8 @@ fn invert(
 }
 
 /// Variable, write, no-recompute flags and buffer aliases, from op kinds and
-/// the dtypes of inputs.
-fn set_flags_and_aliases(g: &mut Graph) {
+/// the dtypes of inputs. Returns the variables, in node order.
+fn set_flags_and_aliases(g: &mut Graph) -> Vec<u32> {
     // Facts of each distinct op type, decided once: (never recompute, is a
     // variable read, aliased input slot).
     let facts: Vec<(bool, bool, Option<usize>)> = g
@@ -573,6 +573,7 @@ fn set_flags_and_aliases(g: &mut Graph) {
         .collect();
     // The dtypes, compact: the inputs of a node are read at random.
     let dtypes: Vec<DType> = g.tensors.iter().map(|t| t.dtype).collect();
+    let mut variables = Vec::new();
     for n in 0..g.nodes.len() {
         let (never, is_read, alias) = facts[g.nodes[n].op as usize];
         let outs = g.outputs(n as u32);
@@ -584,6 +585,7 @@ fn set_flags_and_aliases(g: &mut Graph) {
         let out_resource = outs.clone().any(|t| dtypes[t as usize] == DType::RESOURCE);
         if f & NodeFlags::SOURCE != 0 && out_resource {
             f |= NodeFlags::VARIABLE;
+            variables.push(n as u32);
         }
         if reads_handle && outs.is_empty() {
             f |= NodeFlags::WRITES_VARIABLE;
@@ -614,20 +616,19 @@ fn set_flags_and_aliases(g: &mut Graph) {
             }
         }
     }
+    variables
 }
 
-/// Persistent bytes read from the graph: for every variable handle, the
-/// largest value read from it (the output of a node that takes the handle
-/// and returns one non-handle tensor).
+/// Persistent bytes read from the graph: for every variable handle (the
+/// nodes `variables`, those flagged [`NodeFlags::VARIABLE`]), the largest
+/// value read from it (the output of a node that takes the handle and
+/// returns one non-handle tensor).
 ///
 /// # Complexity
-/// O(N + E).
-fn persistent_bytes(g: &Graph) -> u64 {
+/// O(V + E) for V variables.
+fn persistent_bytes(g: &Graph, variables: &[u32]) -> u64 {
     let mut total = 0u64;
-    for n in 0..g.nodes.len() as u32 {
-        if !g.nodes[n as usize].flags.has(NodeFlags::VARIABLE) {
-            continue;
-        }
+    for &n in variables {
         let mut best = 0u64;
         for h in g.outputs(n) {
             for &c in g.consumers(h) {
