@@ -92,6 +92,7 @@ fn plan_touching(a: &Analysis, target: usize) -> Plan {
             }];
             plan.swaps.push(Swap {
                 release: hybridplan_core::graph::NONE,
+                gate: hybridplan_core::graph::NONE,
                 tensor: t,
                 after,
                 ins,

@@ -246,7 +246,10 @@ class Plan:
                     "node": s["node"],
                     "output": s["output"],
                     "after": s["after"],
-                    "release": s["release"][0] if s.get("release") else None,
+                    # The node that gets the control edge: the gate (the release
+                    # node or a variable read feeding it, plan/release.rs); plans
+                    # saved before gates existed name only the release node.
+                    "release": _first(s["gate"] if "gate" in s else s.get("release")),
                     "ins": [
                         {"trigger": t, "consumers": c, "clone_consumers": cc}
                         for t, _, c, cc in s["ins"]
@@ -474,3 +477,8 @@ def synthetic_graphdef(
     if not isinstance(nodes, int) or nodes <= 0:
         raise InvalidArgumentError(f"nodes must be a positive int, got {nodes!r}")
     return _core.synthetic_graphdef(nodes, kind, batch, size, channels)
+
+
+def _first(pair: Any) -> Any:
+    """The node index of a ``(index, name)`` pair, or None."""
+    return pair[0] if pair else None

@@ -17,7 +17,9 @@ What is inserted (semantics of ``rust/core/src/plan.rs``):
   node in ``consumers`` that reads ``p:k`` is rewired to the swap-in; the clones of the
   nodes in ``clone_consumers`` read it too. When ``release`` is given (not None), node
   ``r`` gets a control input from the swap-out: the step does not move past it before
-  the copy has ended, so the executor cannot run ahead while the original waits.
+  the copy has ended, so the executor cannot run ahead while the original waits. (The
+  planner passes its *gate* here: the release node itself, or a variable read feeding
+  it, so that no op Grappler would fuse gets a control edge; see plan/release.rs.)
 - **Recompute.** Every node of ``nodes`` is cloned as ``<prefix>/recompute/<r>/<name>``
   (same op, attributes and device). A clone's input made inside the set reads the
   clone; one made outside reads the original tensor, unless a swap-in or an earlier

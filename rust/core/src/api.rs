@@ -62,6 +62,9 @@ pub struct SwapDecision {
     pub ins: Vec<(u32, String, Vec<u32>, Vec<u32>)>,
     /// The node that waits for the swap-out (see `plan/release.rs`), and its name.
     pub release: Option<(u32, String)>,
+    /// The node that gets the control edge from the swap-out (the release
+    /// node or a variable read feeding it), and its name.
+    pub gate: Option<(u32, String)>,
     pub reason: String,
 }
 
@@ -272,6 +275,8 @@ pub(crate) fn swap_decisions(g: &Graph, plan: &Plan) -> Vec<SwapDecision> {
                     .collect(),
                 release: (s.release != crate::graph::NONE)
                     .then(|| (s.release, g.nodes[s.release as usize].name.to_string())),
+                gate: (s.gate != crate::graph::NONE)
+                    .then(|| (s.gate, g.nodes[s.gate as usize].name.to_string())),
                 reason: format!(
                     "{} bytes idle between reads; swapped out after its producer, back in after '{}'",
                     t.bytes,

@@ -296,6 +296,7 @@ mod tests {
         let plan = Plan {
             swaps: vec![Swap {
                 release: crate::graph::NONE,
+                gate: crate::graph::NONE,
                 tensor: c.tensor,
                 after: p.tensors[c.tensor as usize].node,
                 ins: vec![SwapIn {

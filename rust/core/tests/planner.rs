@@ -185,7 +185,9 @@ fn tflms_with_parameters_is_exactly_tflms() {
     let o = plan_analysis(&a, &dev, &opts, &[]).unwrap();
     let mut got = o.plan.clone();
     for s in &mut got.swaps {
-        s.release = hybridplan_core::graph::NONE; // added after planning (release.rs)
+        // Added after planning (release.rs).
+        s.release = hybridplan_core::graph::NONE;
+        s.gate = hybridplan_core::graph::NONE;
     }
     assert_eq!(got, expect);
     for s in &expect.swaps {
@@ -238,6 +240,21 @@ fn release_nodes_cost_nothing_in_the_simulation_that_chose_them() {
                     Phase::Forward,
                     "a side branch"
                 );
+            }
+        }
+        for s in &o.plan.swaps {
+            // The control edge goes on the release node or a variable read feeding it.
+            assert_eq!(
+                s.gate == hybridplan_core::graph::NONE,
+                s.release == hybridplan_core::graph::NONE
+            );
+            if s.gate != s.release {
+                assert_eq!(a.graph.op_name(s.gate), "ReadVariableOp");
+                let feeds = a
+                    .graph
+                    .outputs(s.gate)
+                    .any(|o| a.graph.consumers(o).contains(&s.release));
+                assert!(feeds, "the gate does not feed the release node");
             }
         }
         let mut bare = o.plan.clone();

@@ -61,6 +61,7 @@ fn run(a: &Analysis, costs: &[f64], dev: &DeviceModel, plan: &Plan) -> SimResult
 fn swap(a: &Analysis, t: &str, after: &str, trigger: &str, cons: &[&str]) -> Swap {
     Swap {
         release: hybridplan_core::graph::NONE,
+        gate: hybridplan_core::graph::NONE,
         tensor: out(a, t),
         after: id(a, after),
         ins: vec![SwapIn {
@@ -374,6 +375,7 @@ fn generated_plan(a: &Analysis) -> Plan {
         if k == 0 {
             plan.swaps.push(Swap {
                 release: hybridplan_core::graph::NONE,
+                gate: hybridplan_core::graph::NONE,
                 tensor: t,
                 after,
                 ins: vec![SwapIn {
@@ -563,6 +565,7 @@ mod props {
             .into_iter()
             .map(|(tensor, after, trigger, c, cc)| Swap {
                 release: hybridplan_core::graph::NONE,
+                gate: hybridplan_core::graph::NONE,
                 tensor,
                 after,
                 ins: vec![SwapIn {
@@ -624,6 +627,7 @@ mod props {
             } else {
                 plan.swaps.push(Swap {
                     release: hybridplan_core::graph::NONE,
+                    gate: hybridplan_core::graph::NONE,
                     tensor: t,
                     after,
                     ins: vec![SwapIn {

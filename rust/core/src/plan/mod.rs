@@ -49,6 +49,12 @@ pub struct Swap {
     /// end anyway, so it costs no time in the simulation that chose it.
     #[serde(default = "no_node")]
     pub release: u32,
+    /// The node that gets the control edge from the copy: `release` itself,
+    /// or a variable read feeding it (`release.rs`: Grappler does not fuse
+    /// an op that has a control edge, and the unfused kernels round
+    /// differently). [`NONE`](crate::graph::NONE) when `release` is.
+    #[serde(default = "no_node")]
+    pub gate: u32,
 }
 
 fn no_node() -> u32 {

@@ -165,6 +165,8 @@ pub struct Planner<'a> {
     /// Per node: may it be touched (`None`: all may).
     selected: Option<Vec<bool>>,
     cuts: Cuts,
+    /// The greedy's index of every option, for `hybrid` (built on first use).
+    shared_index: std::cell::Cell<Option<Index>>,
 }
 
 impl<'a> Planner<'a> {
@@ -214,6 +216,7 @@ impl<'a> Planner<'a> {
             best_fail: (u64::MAX, "").into(),
             selected,
             cuts,
+            shared_index: std::cell::Cell::new(None),
         })
     }
 
@@ -452,13 +455,28 @@ impl<'a> Planner<'a> {
             tensor_of_swap: if swap { &self.swap_tensor } else { &[] },
             recomputes: if rec { &self.recs } else { &[] },
         };
-        // One index of the pool serves every greedy run of both loops.
-        let mut ix = Index::new(self.ctx, &pool, self.opts.lambda);
-        let checked = self.fit_with(&pool, &mut ix, who, true);
-        if checked.is_some() || !swap {
-            return checked;
+        // One index serves every greedy run of both loops; `hybrid`, which
+        // fits with swaps, recomputes and both, shares one of all options.
+        let mut ix = match self.opts.strategy {
+            Strategy::Hybrid => self.shared_index.take().unwrap_or_else(|| {
+                let all = Pool {
+                    swaps: &self.swaps,
+                    tensor_of_swap: &self.swap_tensor,
+                    recomputes: &self.recs,
+                    ..pool
+                };
+                Index::new(self.ctx, &all, self.opts.lambda)
+            }),
+            _ => Index::new(self.ctx, &pool, self.opts.lambda),
+        };
+        let mut out = self.fit_with(&pool, &mut ix, who, true);
+        if out.is_none() && swap {
+            out = self.fit_with(&pool, &mut ix, who, false);
         }
-        self.fit_with(&pool, &mut ix, who, false)
+        if self.opts.strategy == Strategy::Hybrid {
+            self.shared_index.set(Some(ix));
+        }
+        out
     }
 
     fn fit_with(
@@ -630,6 +648,7 @@ impl<'a> Planner<'a> {
                     .collect();
                 Swap {
                     release: NONE,
+                    gate: NONE,
                     tensor: cand.tensor,
                     after: self.ctx.g.tensors[cand.tensor as usize].node,
                     ins,

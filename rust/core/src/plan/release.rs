@@ -32,6 +32,17 @@
 //! an op the readers of its first swap-in wait for. Side branches are off
 //! it (moving averages, dead gradient branches, the loss's own output).
 //!
+//! # The gate
+//! Grappler's remapper fuses no op that has a control input or output
+//! (contraction + bias + activation, swish, batch norm + activation...), and
+//! a fused kernel rounds differently from the ops it replaces: measured, a
+//! release edge on the `Sigmoid` of EfficientNet's swish gradient changed
+//! the losses in the 6th digit. So the edge goes on the release node only if
+//! its op is in no fusion pattern (pooling, concatenation, slicing,
+//! softmax); otherwise on a variable read feeding it that nothing before it
+//! reads (a forward op reads its weights that way). A candidate with
+//! neither is passed over.
+//!
 //! # Complexity
 //! O(S * (log N + W * d)) for S swaps, a walk of W ops of in-degree d, and
 //! O(V * d) more for each swap of a tensor not made in the forward pass
@@ -50,14 +61,15 @@ pub const MAX_WALK: usize = 256;
 /// Most ops visited looking for what a swap-in's readers wait for.
 pub const MAX_VISIT: usize = 1 << 16;
 
-/// Sets `release` of every swap of `plan` from `sim`, its simulation.
+/// Sets `release` and `gate` of every swap of `plan` from `sim`, its
+/// simulation.
 pub fn set_releases(g: &Graph, s: &Schedule, plan: &mut Plan, sim: &SimResult) {
     let n = s.order.len();
     if plan.swaps.is_empty() {
         return;
     }
     for (k, sw) in plan.swaps.iter_mut().enumerate() {
-        sw.release = NONE;
+        (sw.release, sw.gate) = (NONE, NONE);
         let Some(&end) = sim.swap_out_end.get(k) else {
             continue;
         };
@@ -82,16 +94,76 @@ pub fn set_releases(g: &Graph, s: &Schedule, plan: &mut Plan, sim: &SimResult) {
                 waited.contains(&r)
             }
         };
-        sw.release = s.order[first..n.min(first + MAX_WALK)]
+        let found = s.order[first..n.min(first + MAX_WALK)]
             .iter()
             .copied()
-            .find(|&r| {
+            .filter(|&r| {
                 on_line(r)
                     && !g.nodes[r as usize].flags.has(NodeFlags::SOURCE)
                     && !g.inputs(r).iter().any(|t| forbidden.contains(t))
             })
-            .unwrap_or(NONE);
+            .find_map(|r| gate_of(g, s, r).map(|gate| (r, gate)));
+        (sw.release, sw.gate) = found.unwrap_or((NONE, NONE));
     }
+}
+
+/// Where the control edge for release node `r` goes: `r` itself if its op is
+/// one Grappler never fuses, else a variable read that feeds `r` and is read
+/// by nothing scheduled before `r` (so waiting there holds up nothing
+/// earlier, and no cycle can form: everything downstream of the read is at
+/// or after `r`, everything upstream of the copy before it). None: `r`
+/// cannot be gated. O(in-degree of r + out-degree of the reads).
+fn gate_of(g: &Graph, s: &Schedule, r: u32) -> Option<u32> {
+    if never_fused(g.op_name(r)) {
+        return Some(r);
+    }
+    let at = s.pos[r as usize];
+    g.inputs(r)
+        .iter()
+        .map(|&t| g.tensors[t as usize].node)
+        .find(|&p| {
+            g.op_name(p) == "ReadVariableOp"
+                && g.control_outputs(p)
+                    .iter()
+                    .all(|&c| s.pos[c as usize] >= at)
+                && g.outputs(p)
+                    .all(|o| g.consumers(o).iter().all(|&c| s.pos[c as usize] >= at))
+        })
+}
+
+/// Ops that are in none of Grappler's remapper patterns nor oneDNN's
+/// fusions (contraction + bias + activation, batch norm + activation,
+/// swish, GELU, layer norm, pad + convolution, transpose + convolution,
+/// backprop filter + bias gradient...), so a control edge on them blocks
+/// nothing.
+fn never_fused(op: &str) -> bool {
+    matches!(
+        op,
+        "MaxPool"
+            | "MaxPoolV2"
+            | "MaxPool3D"
+            | "AvgPool"
+            | "AvgPool3D"
+            | "MaxPoolGrad"
+            | "MaxPoolGradV2"
+            | "MaxPool3DGrad"
+            | "AvgPoolGrad"
+            | "AvgPool3DGrad"
+            | "ConcatV2"
+            | "Pack"
+            | "Unpack"
+            | "Split"
+            | "SplitV"
+            | "Slice"
+            | "StridedSlice"
+            | "StridedSliceGrad"
+            | "Tile"
+            | "GatherV2"
+            | "Softmax"
+            | "LogSoftmax"
+            | "SparseSoftmaxCrossEntropyWithLogits"
+            | "SoftmaxCrossEntropyWithLogits"
+    )
 }
 
 /// The ops with a position in `lo..` that `sinks` wait for (data and

@@ -92,6 +92,7 @@ fn swap_of(g: &Graph, s: &Schedule, l: &Liveness, t: u32, p: &TflmsParams) -> Op
     let ins = groups(g, s, &late, last_early, p);
     (!ins.is_empty()).then(|| Swap {
         release: crate::graph::NONE,
+        gate: crate::graph::NONE,
         tensor: t,
         after: g.tensors[t as usize].node,
         ins,
