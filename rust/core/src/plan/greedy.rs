@@ -98,10 +98,13 @@ pub fn choose(ctx: &Ctx<'_>, pool: &Pool<'_>, target: u64, lambda: f64) -> Chose
 }
 
 /// The options of a pool ranked for the greedy: built once, reused by
-/// every greedy run on the same pool (`choose_indexed`).
+/// every greedy run on the pool or on its swaps or recomputes alone
+/// (`choose_indexed`).
 pub struct Index {
     score: Vec<f64>,
     stab: Stab,
+    /// Swap options of the indexed pool (its ids `0..ns`; recomputes after).
+    ns: usize,
 }
 
 impl Index {
@@ -112,7 +115,18 @@ impl Index {
     pub fn new(ctx: &Ctx<'_>, pool: &Pool<'_>, lambda: f64) -> Self {
         let (intervals, score) = index(ctx, pool, lambda);
         let stab = Stab::new(ctx.s.order.len(), &intervals, &score);
-        Index { score, stab }
+        let ns = pool.swaps.len();
+        Index { score, stab, ns }
+    }
+}
+
+/// The id in `pool` of entry `id` of an index with `ns` swaps, when `pool`
+/// holds it: `pool` has the indexed pool's swaps, its recomputes, or both.
+fn pool_id(ns: usize, pool: &Pool<'_>, id: u32) -> Option<usize> {
+    let id = id as usize;
+    match id.checked_sub(ns) {
+        None => (!pool.swaps.is_empty()).then_some(id),
+        Some(r) => (!pool.recomputes.is_empty()).then_some(pool.swaps.len() + r),
     }
 }
 
@@ -128,8 +142,11 @@ pub fn choose_with(
     choose_indexed(ctx, pool, &mut ix, target, guide)
 }
 
-/// [`choose_with`] on a prebuilt index of `pool` (its entries are restored
-/// first, so one index serves any number of runs).
+/// [`choose_with`] on a prebuilt index of `pool`, or of a pool with the
+/// same swaps and recomputes of which `pool` may leave out either kind (its
+/// entries are then never valid: the choices are the same as on an index of
+/// `pool` alone, as every entry keeps its tree nodes and its order). The
+/// entries are restored first, so one index serves any number of runs.
 pub fn choose_indexed(
     ctx: &Ctx<'_>,
     pool: &Pool<'_>,
@@ -137,9 +154,11 @@ pub fn choose_indexed(
     target: u64,
     guide: Guide<'_>,
 ) -> Chosen {
+    debug_assert!(pool.swaps.is_empty() || pool.swaps.len() == ix.ns);
+    debug_assert!(pool.recomputes.is_empty() || pool.recomputes.len() == ix.score.len() - ix.ns);
     ix.stab.reset();
-    let (stab, score) = (&mut ix.stab, &ix.score);
-    let n_options = score.len();
+    let (stab, score, ix_ns) = (&mut ix.stab, &ix.score, ix.ns);
+    let n_options = pool.swaps.len() + pool.recomputes.len();
     let n = ctx.s.order.len();
     let init: Vec<i64> = ctx
         .l
@@ -169,8 +188,11 @@ pub fn choose_indexed(
         if peak <= target as i64 {
             break;
         }
-        let valid = |id: u32| valid(ctx, pool, &st, &chosen.swaps, id as usize, p);
-        let Some(id) = stab.best(p, score, valid) else {
+        let valid = |id: u32| {
+            pool_id(ix_ns, pool, id).is_some_and(|id| valid(ctx, pool, &st, &chosen.swaps, id, p))
+        };
+        let best = stab.best(p, score, valid);
+        let Some(id) = best.and_then(|id| pool_id(ix_ns, pool, id)) else {
             if stuck.len() == MAX_SET_ASIDE {
                 break;
             }
@@ -178,7 +200,6 @@ pub fn choose_indexed(
             stuck.push((p, peak));
             continue;
         };
-        let id = id as usize;
         if id < ns {
             let mut o = pool.swaps[id].clone();
             o.keep_until = queued_keep_until(ctx, &st, &o, &pool.cands[o.cand]);
