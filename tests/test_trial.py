@@ -32,6 +32,21 @@ def test_pooling_gradients_keep_their_forward_op():
     assert t.peak_ratio < 0.7, t.peak_ratio
 
 
+@pytest.mark.slow
+def test_a_keras_application_outside_the_reference_models_stays_bit_identical():
+    """EfficientNetB0 (swish activations, squeeze-excite, depthwise convolutions):
+    before release gates (plan/release.rs), a release edge on the ``Sigmoid`` of a
+    swish gradient kept Grappler's remapper from fusing it and the losses changed in
+    the 6th digit."""
+    import keras
+
+    keras.utils.set_random_seed(0)
+    net = keras.applications.EfficientNetB0(weights=None, input_shape=(64, 64, 3), classes=10)
+    t = trial(models._image_classifier("efficientnetb0", net, "sgd", 2, 64, 10), fraction=0.6)
+    assert t.inserted["swap_out"] >= 10
+    assert t.same_losses and t.same_weights
+
+
 def test_budget_and_fraction_are_exclusive():
     from hybridplan.errors import InvalidArgumentError
 
