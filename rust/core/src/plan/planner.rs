@@ -547,6 +547,7 @@ impl<'a> Planner<'a> {
             let mut trial = cur.plan.clone();
             let (mut f, mut p) = (freed.clone(), pinned.clone());
             let mut swapped: FxHashSet<u32> = trial.swaps.iter().map(|s| owner(s.tensor)).collect();
+            let mut unswap: FxHashSet<u32> = FxHashSet::default();
             for &r in group {
                 let rec = &self.recs[r];
                 let usable = rec
@@ -560,14 +561,20 @@ impl<'a> Planner<'a> {
                 if !usable {
                     continue;
                 }
-                let saved: FxHashSet<u32> = rec.saved.iter().map(|&(t, _)| t).collect();
                 if rec.saved.iter().any(|(t, _)| swapped.contains(t)) {
-                    trial.swaps.retain(|s| !saved.contains(&owner(s.tensor)));
-                    swapped.retain(|t| !saved.contains(t));
+                    // Their swaps leave the trial after the group (one pass
+                    // over the swaps, not one per recompute).
+                    for &(t, _) in &rec.saved {
+                        swapped.remove(&t);
+                        unswap.insert(t);
+                    }
                 }
                 trial.recomputes.push(self.recompute_of(rec));
-                f.extend(saved);
+                f.extend(rec.saved.iter().map(|&(t, _)| t));
                 p.extend(rec.inputs.iter().map(|&x| owner(x)));
+            }
+            if !unswap.is_empty() {
+                trial.swaps.retain(|s| !unswap.contains(&owner(s.tensor)));
             }
             if trial.recomputes.len() == cur.plan.recomputes.len() {
                 continue;
