@@ -14,7 +14,7 @@ use crate::graph::Graph;
 use crate::plan::options::Ctx;
 use crate::plan::planner::{PlanOptions, Planned, Planner, Verdict};
 use crate::plan::Plan;
-use crate::simulate::{simulate_on, simulate_summary_on, Layout, SimOptions, SimResult};
+use crate::simulate::{simulate_in, simulate_summary_in, Layout, Scratch, SimOptions, SimResult};
 use crate::Analysis;
 
 /// Predicted figures of one step.
@@ -153,9 +153,19 @@ pub fn plan_analysis(
         });
     }
     let ctx = Ctx::new(a, &times, dev);
-    // One layout of the graph serves every simulation below.
+    // One layout of the graph and one set of working arrays serve every
+    // simulation below.
     let lay = Layout::new(&a.graph, &a.schedule, &times, dev)?;
-    let full = |p: &Plan| simulate_on(&lay, dev, p, &SimOptions::default());
+    let scratch = std::cell::RefCell::new(Scratch::default());
+    let full = |p: &Plan| {
+        simulate_in(
+            &lay,
+            dev,
+            p,
+            &SimOptions::default(),
+            &mut scratch.borrow_mut(),
+        )
+    };
     let original = full(&Plan::default())?;
     let judge = |p: &Plan| -> Result<Verdict> {
         if p.swaps.is_empty() && p.recomputes.is_empty() {
@@ -165,7 +175,7 @@ pub fn plan_analysis(
                 step_time_s: original.step_time_s,
             });
         }
-        let r = simulate_summary_on(&lay, dev, p)?;
+        let r = simulate_summary_in(&lay, dev, p, &mut scratch.borrow_mut())?;
         Ok(Verdict {
             peak_bytes: r.peak_bytes,
             step_time_s: r.step_time_s,

@@ -42,8 +42,11 @@
 //! N nodes, T tensors, C clones, E edges, P swap and recompute entries of
 //! the plan and M kept events. The graph's layout in schedule order
 //! (`layout.rs`, O(N + T + E)) can be built once for many simulations
-//! ([`simulate_on`], [`simulate_summary_on`]). Deterministic: hash maps serve keyed lookups (and one
-//! minimum for an error message), never an iteration order.
+//! ([`simulate_on`], [`simulate_summary_on`]), and their O(N + T + C)
+//! working arrays kept from one to the next ([`Scratch`]: [`simulate_in`],
+//! [`simulate_summary_in`]; no fresh memory to page in per simulation).
+//! Deterministic: hash maps serve keyed lookups (and one minimum for an
+//! error message), never an iteration order.
 
 mod layout;
 mod link;
@@ -191,11 +194,66 @@ pub fn simulate_on(
     plan: &Plan,
     opts: &SimOptions,
 ) -> Result<SimResult> {
+    simulate_in(lay, dev, plan, opts, &mut Scratch::default())
+}
+
+/// [`simulate_on`] with the working arrays of `scratch` (see [`Scratch`]):
+/// the same result, bit for bit.
+///
+/// # Errors
+/// As [`simulate`].
+pub fn simulate_in(
+    lay: &Layout<'_>,
+    dev: &DeviceModel,
+    plan: &Plan,
+    opts: &SimOptions,
+    scratch: &mut Scratch,
+) -> Result<SimResult> {
     dev.validate()?;
-    let prep = Prep::new(lay.g, lay.s, plan)?;
-    let mut sim = Sim::new(lay, plan, &prep, dev);
+    let prep = Prep::new(lay.g, lay.s, plan, scratch)?;
+    let mut sim = Sim::new(lay, plan, &prep, dev, scratch);
     sim.run()?;
-    Ok(sim.result(opts))
+    let r = sim.result(opts);
+    sim.recycle(scratch);
+    prep.recycle(scratch);
+    Ok(r)
+}
+
+/// The working arrays of a simulation (per stream item, buffer and tensor),
+/// kept between simulations of one graph so that each does not allocate
+/// and page in fresh memory: pass the same one to every [`simulate_in`] or
+/// [`simulate_summary_in`] call. Its contents never change a result; a
+/// simulation that fails leaves some arrays out (they are allocated again).
+#[derive(Debug, Default)]
+pub struct Scratch {
+    start: Vec<f64>,
+    end: Vec<f64>,
+    bytes: Vec<u64>,
+    alloc: Vec<u32>,
+    last: Vec<u32>,
+    held: Vec<f64>,
+    orig_buf: Vec<u32>,
+    freed: Vec<i128>,
+    item_node: Vec<u32>,
+    item_clone: Vec<u32>,
+    node_item: Vec<u32>,
+    redirected: Vec<bool>,
+}
+
+/// `v` taken out of a scratch, emptied, and filled with `n` copies of `x`.
+fn reuse<T: Clone>(v: &mut Vec<T>, n: usize, x: T) -> Vec<T> {
+    let mut w = std::mem::take(v);
+    w.clear();
+    w.resize(n, x);
+    w
+}
+
+/// `v` taken out of a scratch, emptied, with room for `cap` elements.
+fn reuse_empty<T>(v: &mut Vec<T>, cap: usize) -> Vec<T> {
+    let mut w = std::mem::take(v);
+    w.clear();
+    w.reserve(cap);
+    w
 }
 
 /// A plan's peak and step time: what the planner's judge needs.
@@ -229,11 +287,28 @@ pub fn simulate_summary(
 /// # Errors
 /// As [`simulate`].
 pub fn simulate_summary_on(lay: &Layout<'_>, dev: &DeviceModel, plan: &Plan) -> Result<SimSummary> {
+    simulate_summary_in(lay, dev, plan, &mut Scratch::default())
+}
+
+/// [`simulate_summary_on`] with the working arrays of `scratch` (see
+/// [`Scratch`]): the same figures, bit for bit.
+///
+/// # Errors
+/// As [`simulate`].
+pub fn simulate_summary_in(
+    lay: &Layout<'_>,
+    dev: &DeviceModel,
+    plan: &Plan,
+    scratch: &mut Scratch,
+) -> Result<SimSummary> {
     dev.validate()?;
-    let prep = Prep::new(lay.g, lay.s, plan)?;
-    let mut sim = Sim::new(lay, plan, &prep, dev);
+    let prep = Prep::new(lay.g, lay.s, plan, scratch)?;
+    let mut sim = Sim::new(lay, plan, &prep, dev, scratch);
     sim.run()?;
-    Ok(sim.summary())
+    let r = sim.summary();
+    sim.recycle(scratch);
+    prep.recycle(scratch);
+    Ok(r)
 }
 
 fn invalid(msg: String) -> PlanError {
@@ -277,13 +352,13 @@ struct Bufs {
 
 impl Bufs {
     /// Room for every buffer; the swap-in copies first, not yet read.
-    fn with_swap_ins(g: &Graph, p: &Prep) -> Bufs {
+    fn with_swap_ins(g: &Graph, p: &Prep, sc: &mut Scratch) -> Bufs {
         let cap = g.num_tensors() + p.in_tensor.len() + p.clone_buf_len();
         let mut bufs = Bufs {
-            bytes: Vec::with_capacity(cap),
-            alloc: Vec::with_capacity(cap),
-            last: Vec::with_capacity(cap),
-            held: Vec::with_capacity(cap),
+            bytes: reuse_empty(&mut sc.bytes, cap),
+            alloc: reuse_empty(&mut sc.alloc, cap),
+            last: reuse_empty(&mut sc.last, cap),
+            held: reuse_empty(&mut sc.held, cap),
         };
         for &t in &p.in_tensor {
             let b = bufs.push(g.tensors[t as usize].value_bytes, NONE);
@@ -321,13 +396,21 @@ struct Sim<'a> {
     /// Buffer of every original tensor, by slot ([`Layout`]).
     orig_buf: Vec<u32>,
     clone_buf: Vec<u32>,
+    /// Bytes freed by each stream item when it ends (`memory_events`).
+    freed: Vec<i128>,
     stall: f64,
     compute: f64,
     recompute: f64,
 }
 
 impl<'a> Sim<'a> {
-    fn new(lay: &'a Layout<'a>, plan: &'a Plan, p: &'a Prep, dev: &DeviceModel) -> Sim<'a> {
+    fn new(
+        lay: &'a Layout<'a>,
+        plan: &'a Plan,
+        p: &'a Prep,
+        dev: &DeviceModel,
+        sc: &mut Scratch,
+    ) -> Sim<'a> {
         let g = lay.g;
         let n_swaps = plan.swaps.len();
         let n_ins = p.in_tensor.len();
@@ -339,7 +422,7 @@ impl<'a> Sim<'a> {
                 ..Xfer::default()
             })
             .collect();
-        let bufs = Bufs::with_swap_ins(g, p);
+        let bufs = Bufs::with_swap_ins(g, p, sc);
         let items = p.item_node.len();
         let link = Link::new(
             dev.d2h_bandwidth,
@@ -352,20 +435,33 @@ impl<'a> Sim<'a> {
             lay,
             plan,
             p,
-            start: vec![0.0; items],
-            end: vec![0.0; items],
+            start: reuse(&mut sc.start, items, 0.0),
+            end: reuse(&mut sc.end, items, 0.0),
             xf,
             n_swaps,
             link,
             done: Vec::new(),
             trig_end: vec![f64::NAN; n_ins],
             bufs,
-            orig_buf: vec![NONE; g.num_tensors()],
+            orig_buf: reuse(&mut sc.orig_buf, g.num_tensors(), NONE),
             clone_buf: vec![NONE; p.clone_buf_len()],
+            freed: std::mem::take(&mut sc.freed),
             stall: 0.0,
             compute: 0.0,
             recompute: 0.0,
         }
+    }
+
+    /// Gives the working arrays back to `sc`.
+    fn recycle(self, sc: &mut Scratch) {
+        sc.start = self.start;
+        sc.end = self.end;
+        sc.bytes = self.bufs.bytes;
+        sc.alloc = self.bufs.alloc;
+        sc.last = self.bufs.last;
+        sc.held = self.bufs.held;
+        sc.orig_buf = self.orig_buf;
+        sc.freed = self.freed;
     }
 
     /// Walks the compute stream, then lets the link finish.
@@ -643,9 +739,10 @@ impl Sim<'_> {
     /// are consecutive events at one instant, which the timeline merges into
     /// one point), and the link-timed events sorted by time (allocations
     /// first at one instant).
-    fn memory_events(&self) -> (Vec<i128>, Vec<MemEv>) {
+    fn memory_events(&self, freed: &mut Vec<i128>) -> Vec<MemEv> {
         let mut link_ev = Vec::new();
-        let mut freed = vec![0i128; self.start.len()];
+        freed.clear();
+        freed.resize(self.start.len(), 0);
         for (b, &bytes) in self.bufs.bytes.iter().enumerate() {
             let d = i128::from(bytes);
             let (alloc, last, held) = (self.bufs.alloc[b], self.bufs.last[b], self.bufs.held[b]);
@@ -667,11 +764,19 @@ impl Sim<'_> {
             }
         }
         link_ev.sort_by(|a, b| a.time.total_cmp(&b.time).then(b.delta.cmp(&a.delta)));
-        (freed, link_ev)
+        link_ev
     }
 
     /// Sweeps the events in order: the peak and, with `record`, the timeline.
-    fn memory(&self, record: bool) -> Meter {
+    fn memory(&mut self, record: bool) -> Meter {
+        let mut freed = std::mem::take(&mut self.freed);
+        let m = self.sweep(record, &mut freed);
+        self.freed = freed;
+        m
+    }
+
+    /// [`Sim::memory`] with `freed` as the per-item array.
+    fn sweep(&self, record: bool, freed: &mut Vec<i128>) -> Meter {
         let persistent = i128::from(self.g.persistent_bytes);
         let mut timeline = Vec::new();
         if record {
@@ -686,7 +791,7 @@ impl Sim<'_> {
             last_up: true,
             record,
         };
-        let (freed, link_ev) = self.memory_events();
+        let link_ev = self.memory_events(freed);
         let (mut li, mut ab) = (0usize, self.p.in_tensor.len());
         // Link events at an instant go after the frees of the items that
         // ended then and before the allocations of the items that start then.
@@ -726,7 +831,7 @@ impl Sim<'_> {
         self.xf.iter().map(|x| x.end).fold(last_end, f64::max)
     }
 
-    fn summary(mut self) -> SimSummary {
+    fn summary(&mut self) -> SimSummary {
         self.hold_swapped();
         let m = self.memory(false);
         SimSummary {
@@ -735,7 +840,7 @@ impl Sim<'_> {
         }
     }
 
-    fn result(mut self, opts: &SimOptions) -> SimResult {
+    fn result(&mut self, opts: &SimOptions) -> SimResult {
         self.hold_swapped();
         let m = self.memory(true);
         let step = self.step_time();
@@ -820,11 +925,22 @@ mod tests {
         };
         let swapped = tflms_plan(&a.graph, &a.schedule, &a.liveness, &params);
         assert!(!swapped.swaps.is_empty());
-        for plan in [Plan::default(), swapped] {
+        // One scratch through every simulation, the larger plan between two
+        // smaller ones: its leftovers never change a result.
+        let lay = Layout::new(&a.graph, &a.schedule, &costs, &dev).unwrap();
+        let mut sc = Scratch::default();
+        for plan in [Plan::default(), swapped, Plan::default()] {
             let full = simulate(&a.graph, &a.schedule, &costs, &dev, &plan).unwrap();
             let sum = simulate_summary(&a.graph, &a.schedule, &costs, &dev, &plan).unwrap();
             assert_eq!(sum.peak_bytes, full.peak_bytes);
             assert_eq!(sum.step_time_s.to_bits(), full.step_time_s.to_bits());
+            let opts = SimOptions::default();
+            assert_eq!(
+                simulate_in(&lay, &dev, &plan, &opts, &mut sc).unwrap(),
+                full
+            );
+            let again = simulate_summary_in(&lay, &dev, &plan, &mut sc).unwrap();
+            assert_eq!(again, sum);
         }
     }
 

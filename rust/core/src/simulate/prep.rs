@@ -13,6 +13,8 @@ use crate::graph::{Graph, NodeFlags, NONE};
 use crate::plan::Plan;
 use crate::schedule::Schedule;
 
+use super::{reuse, reuse_empty, Scratch};
+
 fn invalid(msg: String) -> PlanError {
     PlanError::InvalidArgument(msg)
 }
@@ -173,10 +175,11 @@ fn check_recomputes(g: &Graph, s: &Schedule, plan: &Plan) -> Result<()> {
 }
 
 impl Prep {
-    pub(super) fn new(g: &Graph, s: &Schedule, plan: &Plan) -> Result<Prep> {
+    /// Checks and resolves `plan`, its per-item arrays taken from `sc`.
+    pub(super) fn new(g: &Graph, s: &Schedule, plan: &Plan, sc: &mut Scratch) -> Result<Prep> {
         check_tensors(g, plan)?;
         check_recomputes(g, s, plan)?;
-        let mut p = Prep::stream(g, s, plan);
+        let mut p = Prep::stream(g, s, plan, sc);
         p.add_swaps(g, plan)?;
         p.add_recompute_reads(g, s, plan)?;
         p.resolve_clones(g, s, plan)?;
@@ -185,8 +188,16 @@ impl Prep {
         Ok(p)
     }
 
+    /// Gives the per-item arrays back to `sc`.
+    pub(super) fn recycle(self, sc: &mut Scratch) {
+        sc.item_node = self.item_node;
+        sc.item_clone = self.item_clone;
+        sc.node_item = self.node_item;
+        sc.redirected = self.redirected;
+    }
+
     /// The compute stream: schedule order, clones after their trigger.
-    fn stream(g: &Graph, s: &Schedule, plan: &Plan) -> Prep {
+    fn stream(g: &Graph, s: &Schedule, plan: &Plan, sc: &mut Scratch) -> Prep {
         let rs = &plan.recomputes;
         let (mut rc_base, mut cout_off) = (vec![0u32], vec![0u32]);
         for r in rs {
@@ -201,9 +212,9 @@ impl Prep {
         by_trigger.sort_unstable();
         let total = g.num_nodes() + rc_base[rs.len()] as usize;
         let mut p = Prep {
-            item_node: Vec::with_capacity(total),
-            item_clone: Vec::with_capacity(total),
-            node_item: vec![0; g.num_nodes()],
+            item_node: reuse_empty(&mut sc.item_node, total),
+            item_clone: reuse_empty(&mut sc.item_clone, total),
+            node_item: reuse(&mut sc.node_item, g.num_nodes(), 0),
             clone_item: vec![0; rc_base[rs.len()] as usize],
             rc_base,
             cout_off,
@@ -212,7 +223,7 @@ impl Prep {
             in_tensor: Vec::new(),
             in_base: vec![0],
             redirect: FxHashMap::default(),
-            redirected: vec![false; total],
+            redirected: reuse(&mut sc.redirected, total, false),
             cands: FxHashMap::default(),
             fires: Vec::new(),
             release: FxHashMap::default(),
