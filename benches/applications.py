@@ -53,6 +53,7 @@ BEGIN, END = "<!-- applications:begin -->", "<!-- applications:end -->"
 def workload(name: str, size: int, batch: int) -> Any:
     """The model as a :class:`hybridplan.models.Workload` (random weights, seed 0)."""
     import keras
+    import tensorflow as tf
 
     from hybridplan import models
 
@@ -61,7 +62,8 @@ def workload(name: str, size: int, batch: int) -> Any:
     if name.startswith("MobileNetV3"):
         kwargs["include_preprocessing"] = False
     net = getattr(keras.applications, name)(**kwargs)
-    return models._image_classifier(name, net, "sgd", batch, size, 10)
+    x = tf.TensorSpec([batch, size, size, 3], tf.float32)
+    return models.from_keras(net, x, tf.TensorSpec([batch], tf.int32), 10, name=name)
 
 
 def run_one(name: str, size: int, batch: int, fraction: float, strategy: str) -> dict:

@@ -39,12 +39,36 @@ def test_a_keras_application_outside_the_reference_models_stays_bit_identical():
     swish gradient kept Grappler's remapper from fusing it and the losses changed in
     the 6th digit."""
     import keras
+    import tensorflow as tf
 
     keras.utils.set_random_seed(0)
     net = keras.applications.EfficientNetB0(weights=None, input_shape=(64, 64, 3), classes=10)
-    t = trial(models._image_classifier("efficientnetb0", net, "sgd", 2, 64, 10), fraction=0.6)
+    x, y = tf.TensorSpec([2, 64, 64, 3]), tf.TensorSpec([2], tf.int32)
+    t = trial(models.from_keras(net, x, y, 10), fraction=0.6)
     assert t.inserted["swap_out"] >= 10
     assert t.same_losses and t.same_weights
+
+
+def test_every_public_name_resolves():
+    import hybridplan
+
+    for name in hybridplan.__all__:
+        assert getattr(hybridplan, name) is not None, name
+    assert hybridplan.models is models
+
+
+def test_from_keras_rejects_a_batch_left_open():
+    import keras
+    import tensorflow as tf
+
+    from hybridplan.errors import InvalidArgumentError
+
+    net = keras.Sequential([keras.Input((4,)), keras.layers.Dense(3)])
+    with pytest.raises(InvalidArgumentError, match="fully defined"):
+        models.from_keras(net, tf.TensorSpec([None, 4]), tf.TensorSpec([8], tf.int32), 3)
+    w = models.from_keras(net, tf.TensorSpec([8, 4]), tf.TensorSpec([8], tf.int32), 3)
+    x, y = w.batch(0)
+    assert x.shape == (8, 4) and y.shape == (8,) and y.max() < 3
 
 
 def test_budget_and_fraction_are_exclusive():

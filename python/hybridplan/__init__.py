@@ -84,9 +84,15 @@ _LAZY = {
     "profile": "profiling",
     "Profile": "profiling",
 }
+# Submodules that need TensorFlow, importable as attributes (``hybridplan.models``).
+# (``trial`` is not one: its module shares the function's name, so the function is
+# ``from hybridplan.trial import trial``.)
+_SUBMODULES = {"models"}
 
 
 def __getattr__(name: str) -> Any:
+    if name in _SUBMODULES:
+        return importlib.import_module(f".{name}", __name__)
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module 'hybridplan' has no attribute {name!r}")

@@ -43,6 +43,7 @@ __all__ = [
     "Workload",
     "build",
     "deeplabv3plus",
+    "from_keras",
     "resnet50",
     "resnet152",
     "small_cnn",
@@ -527,6 +528,45 @@ WORKLOADS: dict[str, Callable[..., Workload]] = {
     "small_cnn": small_cnn,
     "small_resnet": small_resnet,
 }
+
+
+def from_keras(
+    model: keras.Model,
+    x_spec: tf.TensorSpec,
+    y_spec: tf.TensorSpec,
+    classes: int,
+    *,
+    optimizer: OptimizerArg = "sgd",
+    loss: Any = None,
+    x_vocab: int | None = None,
+    name: str | None = None,
+) -> Workload:
+    """Your own Keras classifier as a :class:`Workload` (for :func:`hybridplan.trial`,
+    the command line's reports, benchmarks): targets are integer class labels in
+    ``[0, classes)``, the loss sparse categorical cross-entropy on logits unless
+    ``loss`` is given.
+
+    Raises:
+        InvalidArgumentError: a spec that is not fully defined, ``classes`` < 1, or an
+            unknown optimizer name.
+
+    Example::
+
+        net = keras.applications.MobileNetV2(weights=None, input_shape=(64, 64, 3),
+                                             classes=10)
+        w = from_keras(net, tf.TensorSpec([8, 64, 64, 3]), tf.TensorSpec([8], tf.int32), 10)
+        hybridplan.trial(w, fraction=0.6)
+    """
+    _positive(classes=classes)
+    for what, spec in (("x_spec", x_spec), ("y_spec", y_spec)):
+        if not spec.shape.is_fully_defined():
+            raise InvalidArgumentError(
+                f"{what} must have a fully defined shape (batch included), got {spec.shape}"
+            )
+    w = _workload(name or model.name, model, optimizer, x_spec, y_spec, classes, x_vocab)
+    if loss is not None:
+        w.loss_fn = loss
+    return w
 
 
 def build(name: str, **kwargs: Any) -> Workload:
