@@ -228,11 +228,7 @@ pub fn simulate_in(
 pub struct Scratch {
     start: Vec<f64>,
     end: Vec<f64>,
-    bytes: Vec<u64>,
-    alloc: Vec<u32>,
     last: Vec<u32>,
-    held: Vec<f64>,
-    orig_buf: Vec<u32>,
     freed: Vec<i128>,
     item_node: Vec<u32>,
     item_clone: Vec<u32>,
@@ -338,41 +334,49 @@ fn check_args(g: &Graph, s: &Schedule, costs: &[f64], dev: &DeviceModel) -> Resu
     dev.validate()
 }
 
-/// Buffers on the device timeline. Swap-in copies are buffers
-/// `0..n_ins`; the others follow in the order their items start.
+/// Buffers on the device timeline: the original tensors' `0..O`
+/// (numbered by the [`Layout`]), then swap-in copy `i` as `O + i`, then the
+/// clones' outputs in the order their clones run.
 struct Bufs {
-    bytes: Vec<u64>,
-    /// Stream item that allocates it (NONE: a swap-in copy).
-    alloc: Vec<u32>,
-    /// Last stream item that reads it (NONE: none yet).
+    /// O: buffers of original tensors.
+    n_orig: usize,
+    /// Last stream item that reads each buffer (its allocating item until
+    /// read; NONE: a swap-in copy not read).
     last: Vec<u32>,
-    /// Held until this time (the end of a swap-out of it), or -inf.
-    held: Vec<f64>,
+    /// Bytes of each clone buffer (the others': layout and tensors).
+    clone_bytes: Vec<u64>,
+    /// Bytes each clone allocates when it starts, by clone id.
+    clone_alloc: Vec<i128>,
+    /// (buffer, time): held until its swap-out ends (`hold_swapped`).
+    held: Vec<(u32, f64)>,
 }
 
 impl Bufs {
-    /// Room for every buffer; the swap-in copies first, not yet read.
-    fn with_swap_ins(g: &Graph, p: &Prep, sc: &mut Scratch) -> Bufs {
-        let cap = g.num_tensors() + p.in_tensor.len() + p.clone_buf_len();
-        let mut bufs = Bufs {
-            bytes: reuse_empty(&mut sc.bytes, cap),
-            alloc: reuse_empty(&mut sc.alloc, cap),
-            last: reuse_empty(&mut sc.last, cap),
-            held: reuse_empty(&mut sc.held, cap),
-        };
-        for &t in &p.in_tensor {
-            let b = bufs.push(g.tensors[t as usize].value_bytes, NONE);
-            bufs.last[b as usize] = NONE;
+    /// The original and swap-in buffers, not yet read; room for the clones'.
+    fn new(lay: &Layout<'_>, p: &Prep, sc: &mut Scratch) -> Bufs {
+        let n_orig = lay.buf_bytes.len();
+        let mut last = reuse(&mut sc.last, n_orig + p.in_tensor.len(), NONE);
+        last.reserve(p.clone_buf_len());
+        Bufs {
+            n_orig,
+            last,
+            clone_bytes: Vec::new(),
+            clone_alloc: vec![0; p.clone_item.len()],
+            held: Vec::new(),
         }
-        bufs
     }
 
-    fn push(&mut self, bytes: u64, alloc: u32) -> u32 {
-        self.bytes.push(bytes);
-        self.alloc.push(alloc);
-        self.last.push(alloc);
-        self.held.push(f64::NEG_INFINITY);
-        self.bytes.len() as u32 - 1
+    /// A new clone buffer of `bytes`, allocated by clone `c` at `item`.
+    fn push_clone(&mut self, bytes: u64, c: u32, item: u32) -> u32 {
+        self.clone_bytes.push(bytes);
+        self.clone_alloc[c as usize] += i128::from(bytes);
+        self.last.push(item);
+        self.last.len() as u32 - 1
+    }
+
+    /// Number of buffers.
+    fn len(&self) -> usize {
+        self.last.len()
     }
 }
 
@@ -393,8 +397,6 @@ struct Sim<'a> {
     /// End of each swap-in's trigger (NaN until it has run).
     trig_end: Vec<f64>,
     bufs: Bufs,
-    /// Buffer of every original tensor, by slot ([`Layout`]).
-    orig_buf: Vec<u32>,
     clone_buf: Vec<u32>,
     /// Bytes freed by each stream item when it ends (`memory_events`).
     freed: Vec<i128>,
@@ -422,7 +424,7 @@ impl<'a> Sim<'a> {
                 ..Xfer::default()
             })
             .collect();
-        let bufs = Bufs::with_swap_ins(g, p, sc);
+        let bufs = Bufs::new(lay, p, sc);
         let items = p.item_node.len();
         let link = Link::new(
             dev.d2h_bandwidth,
@@ -443,7 +445,6 @@ impl<'a> Sim<'a> {
             done: Vec::new(),
             trig_end: vec![f64::NAN; n_ins],
             bufs,
-            orig_buf: reuse(&mut sc.orig_buf, g.num_tensors(), NONE),
             clone_buf: vec![NONE; p.clone_buf_len()],
             freed: std::mem::take(&mut sc.freed),
             stall: 0.0,
@@ -456,11 +457,7 @@ impl<'a> Sim<'a> {
     fn recycle(self, sc: &mut Scratch) {
         sc.start = self.start;
         sc.end = self.end;
-        sc.bytes = self.bufs.bytes;
-        sc.alloc = self.bufs.alloc;
         sc.last = self.bufs.last;
-        sc.held = self.bufs.held;
-        sc.orig_buf = self.orig_buf;
         sc.freed = self.freed;
     }
 
@@ -515,8 +512,7 @@ impl<'a> Sim<'a> {
                 st = st.max(self.read(src.unwrap_or(Src::Orig(t)), item)?);
             }
         } else {
-            for &slot in &lay.in_slot[lo..hi] {
-                let b = self.orig_buf[slot as usize];
+            for &b in &lay.in_buf[lo..hi] {
                 if b != NONE {
                     self.bufs.last[b as usize] = item;
                 }
@@ -556,8 +552,8 @@ impl<'a> Sim<'a> {
 
     fn buf_of(&self, src: Src) -> u32 {
         match src {
-            Src::Orig(t) => self.orig_buf[self.lay.slot[t as usize] as usize],
-            Src::In(i) => i,
+            Src::Orig(t) => self.lay.buf[self.lay.slot[t as usize] as usize],
+            Src::In(i) => self.bufs.n_orig as u32 + i,
             Src::Clone(c, k) => self.clone_buf[(self.p.cout_off[c as usize] + k) as usize],
         }
     }
@@ -578,14 +574,8 @@ impl<'a> Sim<'a> {
     /// ones, or the aliased input's.
     fn alloc_original(&mut self, item: u32, q: usize) {
         let lay = self.lay;
-        for slot in lay.out_off[q] as usize..lay.out_off[q + 1] as usize {
-            let b = match lay.alias[slot] {
-                NONE if lay.bytes[slot] > 0 => self.bufs.push(lay.bytes[slot], item),
-                NONE => NONE,
-                a => self.orig_buf[a as usize],
-            };
-            self.orig_buf[slot] = b;
-        }
+        let (lo, hi) = (lay.buf_off[q] as usize, lay.buf_off[q + 1] as usize);
+        self.bufs.last[lo..hi].fill(item);
     }
 
     /// Buffers of the outputs of clone `item`: new ones, or the aliased
@@ -599,7 +589,7 @@ impl<'a> Sim<'a> {
             let b = if tt.alias_of != NONE {
                 self.clone_alias_buf(c, v, k)
             } else if tt.bytes > 0 {
-                self.bufs.push(tt.bytes, item)
+                self.bufs.push_clone(tt.bytes, c, item)
             } else {
                 NONE
             };
@@ -743,26 +733,40 @@ impl Sim<'_> {
         let mut link_ev = Vec::new();
         freed.clear();
         freed.resize(self.start.len(), 0);
-        for (b, &bytes) in self.bufs.bytes.iter().enumerate() {
-            let d = i128::from(bytes);
-            let (alloc, last, held) = (self.bufs.alloc[b], self.bufs.last[b], self.bufs.held[b]);
-            if alloc == NONE {
-                let time = self.xf[self.n_swaps + b].start;
-                link_ev.push(MemEv { time, delta: d });
-                if last == NONE {
-                    link_ev.push(MemEv { time, delta: -d });
-                    continue;
-                }
-            }
-            if held > self.end[last as usize] {
+        let (bufs, n_orig) = (&self.bufs, self.bufs.n_orig);
+        let orig = self.lay.buf_bytes.iter();
+        for (&last, &bytes) in bufs.last.iter().zip(orig) {
+            freed[last as usize] += i128::from(bytes);
+        }
+        // A held buffer's free moves from its last reader's end to the end
+        // of its swap-out, when that is later.
+        for &(b, held) in &bufs.held {
+            let (last, d) = (
+                bufs.last[b as usize] as usize,
+                i128::from(self.lay.buf_bytes[b as usize]),
+            );
+            if held > self.end[last] {
+                freed[last] -= d;
                 link_ev.push(MemEv {
                     time: held,
                     delta: -d,
                 });
-            } else {
-                freed[last as usize] += d;
             }
         }
+        for (i, &t) in self.p.in_tensor.iter().enumerate() {
+            let d = i128::from(self.g.tensors[t as usize].value_bytes);
+            let time = self.xf[self.n_swaps + i].start;
+            link_ev.push(MemEv { time, delta: d });
+            match bufs.last[n_orig + i] {
+                NONE => link_ev.push(MemEv { time, delta: -d }),
+                last => freed[last as usize] += d,
+            }
+        }
+        let clones = &bufs.last[n_orig + self.p.in_tensor.len()..];
+        for (&last, &bytes) in clones.iter().zip(&bufs.clone_bytes) {
+            freed[last as usize] += i128::from(bytes);
+        }
+        // Equal keys are equal events: their order changes nothing.
         link_ev.sort_by(|a, b| a.time.total_cmp(&b.time).then(b.delta.cmp(&a.delta)));
         link_ev
     }
@@ -780,7 +784,7 @@ impl Sim<'_> {
         let persistent = i128::from(self.g.persistent_bytes);
         let mut timeline = Vec::new();
         if record {
-            timeline.reserve_exact(2 * self.bufs.bytes.len() + 1);
+            timeline.reserve_exact(2 * self.bufs.len() + 1);
             timeline.push((0.0, self.g.persistent_bytes));
         }
         let mut m = Meter {
@@ -792,7 +796,8 @@ impl Sim<'_> {
             record,
         };
         let link_ev = self.memory_events(freed);
-        let (mut li, mut ab) = (0usize, self.p.in_tensor.len());
+        let (mut li, mut q) = (0usize, 0usize);
+        let lay = self.lay;
         // Link events at an instant go after the frees of the items that
         // ended then and before the allocations of the items that start then.
         let flush = |m: &mut Meter, li: &mut usize, before: &dyn Fn(f64) -> bool| {
@@ -803,10 +808,17 @@ impl Sim<'_> {
         };
         for (p, &out) in freed.iter().enumerate() {
             flush(&mut m, &mut li, &|t| t <= self.start[p]);
-            while ab < self.bufs.alloc.len() && self.bufs.alloc[ab] as usize == p {
-                m.apply(self.start[p], i128::from(self.bufs.bytes[ab]));
-                ab += 1;
-            }
+            // The item's allocations in one sum (consecutive events at one
+            // instant, merged into one timeline point either way).
+            let made = match self.p.item_clone[p] {
+                NONE => {
+                    let (lo, hi) = (lay.buf_off[q] as usize, lay.buf_off[q + 1] as usize);
+                    q += 1;
+                    lay.buf_bytes[lo..hi].iter().map(|&b| i128::from(b)).sum()
+                }
+                c => self.bufs.clone_alloc[c as usize],
+            };
+            m.apply(self.start[p], made);
             flush(&mut m, &mut li, &|t| t < self.end[p]);
             m.apply(self.end[p], -out);
         }
@@ -816,13 +828,22 @@ impl Sim<'_> {
 
     /// A swapped tensor's buffer is held until its swap-out has ended.
     fn hold_swapped(&mut self) {
+        let held = &mut self.bufs.held;
         for (k, sw) in self.plan.swaps.iter().enumerate() {
-            let b = self.orig_buf[self.lay.slot[sw.tensor as usize] as usize];
+            let b = self.lay.buf[self.lay.slot[sw.tensor as usize] as usize];
             if b != NONE {
-                let h = &mut self.bufs.held[b as usize];
-                *h = h.max(self.xf[k].end);
+                held.push((b, self.xf[k].end));
             }
         }
+        // One entry per buffer: the latest swap-out end (aliases share one).
+        held.sort_unstable_by_key(|&(b, _)| b);
+        held.dedup_by(|later, kept| {
+            let same = later.0 == kept.0;
+            if same {
+                kept.1 = kept.1.max(later.1);
+            }
+            same
+        });
     }
 
     /// When the last compute item or copy finished.

@@ -6,6 +6,12 @@
 //! tensor records; one layout serves every simulation of the same graph,
 //! schedule and op times.
 //!
+//! The buffers of the original tensors are numbered here too, once: in
+//! position order (the op at position `q` makes buffers
+//! `buf_off[q]..buf_off[q + 1]`), an alias sharing its owner's number. An
+//! input edge names its buffer directly, so the stream walk marks a read
+//! with one write and no lookup.
+//!
 //! # Complexity
 //! O(N + T + E) time and memory for N nodes, T tensors and E data edges.
 
@@ -22,14 +28,16 @@ pub struct Layout<'a> {
     pub(super) costs: &'a [f64],
     /// Op time of the op at each position.
     pub(super) cost: Vec<f64>,
-    /// Input slots of the op at each position (CSR, in input order).
+    /// Buffer of every input of the op at each position (CSR, in input
+    /// order; NONE: a tensor without a buffer).
     pub(super) in_off: Vec<u32>,
-    pub(super) in_slot: Vec<u32>,
-    /// First output slot of the op at each position (len N + 1).
-    pub(super) out_off: Vec<u32>,
-    /// Per slot: the slot it aliases (NONE: none), and its buffer bytes.
-    pub(super) alias: Vec<u32>,
-    pub(super) bytes: Vec<u64>,
+    pub(super) in_buf: Vec<u32>,
+    /// First buffer the op at each position makes (len N + 1).
+    pub(super) buf_off: Vec<u32>,
+    /// Bytes of each buffer.
+    pub(super) buf_bytes: Vec<u64>,
+    /// Buffer of every slot (NONE: none; an alias: its owner's).
+    pub(super) buf: Vec<u32>,
     /// Slot of every tensor id.
     pub(super) slot: Vec<u32>,
 }
@@ -48,35 +56,42 @@ impl<'a> Layout<'a> {
     ) -> Result<Layout<'a>> {
         check_args(g, s, costs, dev)?;
         let (n, nt) = (g.num_nodes(), g.num_tensors());
-        let mut out_off = Vec::with_capacity(n + 1);
         let mut slot = vec![NONE; nt];
         let mut cost = Vec::with_capacity(n);
         let mut next = 0u32;
-        out_off.push(0);
         for &v in &s.order {
             cost.push(costs[v as usize]);
             for t in g.outputs(v) {
                 slot[t as usize] = next;
                 next += 1;
             }
-            out_off.push(next);
         }
-        let mut alias = Vec::with_capacity(nt);
-        let mut bytes = Vec::with_capacity(nt);
+        // Inputs come before their readers in the schedule, so an input or
+        // alias owner has its buffer when it is looked up (one not yet laid
+        // out, which a schedule never gives, reads as none).
+        let at = |buf: &Vec<u32>, t: u32| buf.get(slot[t as usize] as usize).copied();
+        let mut buf = Vec::with_capacity(nt);
+        let mut buf_off = Vec::with_capacity(n + 1);
+        let mut buf_bytes = Vec::new();
         let mut in_off = Vec::with_capacity(n + 1);
-        let mut in_slot = Vec::with_capacity(g.in_tensor.len());
+        let mut in_buf = Vec::with_capacity(g.in_tensor.len());
+        buf_off.push(0);
         in_off.push(0);
         for &v in &s.order {
+            in_buf.extend(g.inputs(v).iter().map(|&t| at(&buf, t).unwrap_or(NONE)));
+            in_off.push(in_buf.len() as u32);
             for t in g.outputs(v) {
                 let tt = &g.tensors[t as usize];
-                alias.push(match tt.alias_of {
+                buf.push(match tt.alias_of {
+                    NONE if tt.bytes > 0 => {
+                        buf_bytes.push(tt.bytes);
+                        buf_bytes.len() as u32 - 1
+                    }
                     NONE => NONE,
-                    a => slot[a as usize],
+                    a => at(&buf, a).unwrap_or(NONE),
                 });
-                bytes.push(tt.bytes);
             }
-            in_slot.extend(g.inputs(v).iter().map(|&t| slot[t as usize]));
-            in_off.push(in_slot.len() as u32);
+            buf_off.push(buf_bytes.len() as u32);
         }
         Ok(Layout {
             g,
@@ -84,10 +99,10 @@ impl<'a> Layout<'a> {
             costs,
             cost,
             in_off,
-            in_slot,
-            out_off,
-            alias,
-            bytes,
+            in_buf,
+            buf_off,
+            buf_bytes,
+            buf,
             slot,
         })
     }
