@@ -386,7 +386,7 @@ struct Sim<'a> {
     lay: &'a Layout<'a>,
     plan: &'a Plan,
     p: &'a Prep,
-    /// Start and end of every stream item.
+    /// Start and end of every stream item (pushed as the walk reaches it).
     start: Vec<f64>,
     end: Vec<f64>,
     /// Swap-outs `0..S`, then swap-ins.
@@ -437,8 +437,8 @@ impl<'a> Sim<'a> {
             lay,
             plan,
             p,
-            start: reuse(&mut sc.start, items, 0.0),
-            end: reuse(&mut sc.end, items, 0.0),
+            start: reuse_empty(&mut sc.start, items),
+            end: reuse_empty(&mut sc.end, items),
             xf,
             n_swaps,
             link,
@@ -488,9 +488,9 @@ impl<'a> Sim<'a> {
             } else {
                 self.recompute += d;
             }
-            self.start[item] = st;
+            self.start.push(st);
             prev = st + d;
-            self.end[item] = prev;
+            self.end.push(prev);
             while f < self.p.fires.len() && self.p.fires[f].0 as usize == item {
                 self.fire(self.p.fires[f].1, prev);
                 f += 1;
@@ -724,6 +724,15 @@ impl Meter {
     }
 }
 
+/// Applies the link events from `li` on while `before` their time.
+#[inline]
+fn flush(m: &mut Meter, ev: &[MemEv], li: &mut usize, before: impl Fn(f64) -> bool) {
+    while *li < ev.len() && before(ev[*li].time) {
+        m.apply(ev[*li].time, ev[*li].delta);
+        *li += 1;
+    }
+}
+
 impl Sim<'_> {
     /// Bytes freed by each compute item when it ends (one sum: its frees
     /// are consecutive events at one instant, which the timeline merges into
@@ -800,14 +809,9 @@ impl Sim<'_> {
         let lay = self.lay;
         // Link events at an instant go after the frees of the items that
         // ended then and before the allocations of the items that start then.
-        let flush = |m: &mut Meter, li: &mut usize, before: &dyn Fn(f64) -> bool| {
-            while *li < link_ev.len() && before(link_ev[*li].time) {
-                m.apply(link_ev[*li].time, link_ev[*li].delta);
-                *li += 1;
-            }
-        };
+        let ev = &link_ev[..];
         for (p, &out) in freed.iter().enumerate() {
-            flush(&mut m, &mut li, &|t| t <= self.start[p]);
+            flush(&mut m, ev, &mut li, |t| t <= self.start[p]);
             // The item's allocations in one sum (consecutive events at one
             // instant, merged into one timeline point either way).
             let made = match self.p.item_clone[p] {
@@ -819,10 +823,10 @@ impl Sim<'_> {
                 c => self.bufs.clone_alloc[c as usize],
             };
             m.apply(self.start[p], made);
-            flush(&mut m, &mut li, &|t| t < self.end[p]);
+            flush(&mut m, ev, &mut li, |t| t < self.end[p]);
             m.apply(self.end[p], -out);
         }
-        flush(&mut m, &mut li, &|_| true);
+        flush(&mut m, ev, &mut li, |_| true);
         m
     }
 

@@ -214,7 +214,7 @@ impl Prep {
         let mut p = Prep {
             item_node: reuse_empty(&mut sc.item_node, total),
             item_clone: reuse_empty(&mut sc.item_clone, total),
-            node_item: reuse(&mut sc.node_item, g.num_nodes(), 0),
+            node_item: reuse_empty(&mut sc.node_item, g.num_nodes()),
             clone_item: vec![0; rc_base[rs.len()] as usize],
             rc_base,
             cout_off,
@@ -228,6 +228,14 @@ impl Prep {
             fires: Vec::new(),
             release: FxHashMap::default(),
         };
+        if rs.is_empty() {
+            // The schedule alone: item `pos` is the op at `pos`.
+            p.item_node.extend_from_slice(&s.order);
+            p.item_clone.resize(total, NONE);
+            p.node_item.extend_from_slice(&s.pos);
+            return p;
+        }
+        p.node_item.resize(g.num_nodes(), 0);
         let mut next = 0usize;
         for (pos, &v) in s.order.iter().enumerate() {
             p.push_item(v, NONE);
