@@ -5,28 +5,38 @@
 //! # The rule
 //! Walk the forward ops in schedule order. A boundary between two
 //! consecutive forward ops is a *cut* when exactly one activation crosses
-//! it: one tensor of at least `min_bytes` made before it (by a forward op
-//! that may be recomputed, not a source) and read by a forward op after it.
-//! Variables, constants and fed inputs do not count (they stay on the device
-//! anyway), nor do buffers below `min_bytes` (the planners leave them alone:
-//! the labels' cast and the loss's shape arithmetic, made early and read at
-//! the end, would otherwise cross every boundary). A cut is kept
+//! it: one buffer of at least `min_bytes` made before it (by a forward op
+//! that may be recomputed, not a source) and read by a forward op after it,
+//! directly or through any alias of it (a `Reshape` read later keeps its
+//! owner's buffer alive: the buffer crosses up to the alias's last forward
+//! reader). Variables, constants and fed inputs do not count (they stay on
+//! the device anyway), nor do buffers below `min_bytes` (the planners leave
+//! them alone), nor *plumbing*: buffers whose producer's forward ancestry
+//! is sources only (no recomputable op with an activation input on the way)
+//! and that feed no checkpoint op, such as the labels' cast and reshape or
+//! the loss's shape arithmetic, made at the start and read only by the loss;
+//! they would otherwise cross every boundary. This is structural: no op or
+//! node names are consulted beyond `opkind::is_checkpoint`. A cut is kept
 //! when the forward ops since the previous kept cut include a checkpoint op
 //! (`opkind::is_checkpoint`), so a segment is at least one convolution or
 //! matmul with what follows it: a residual block, a transformer layer, a
 //! U-Net level's convolutions. The segments are the recomputable forward ops
-//! between kept cuts; `boundary[i]` is the tensor crossing the cut after
-//! segment `i` (`NONE` after the last).
+//! between kept cuts; `boundary[i]` is the buffer (an owner tensor) crossing
+//! the cut after segment `i` (`NONE` after the last).
 //!
 //! Recomputing a span of consecutive segments from the tensor crossing the
 //! cut before it frees every activation inside the span except that tensor:
 //! what `keras.remat` around a block does, chosen here from the structure.
 //!
 //! # Complexity
-//! O(N + E): one pass for the crossing counts (a difference array; the XOR
-//! of the crossing tensors' ids names the one tensor where the count is 1).
+//! O(N + T + E): one pass in schedule order for the source-only ancestry,
+//! one in reverse for the checkpoint-feeding ops, one over tensors for each
+//! buffer's last forward reader (aliases' readers folded into their owner's),
+//! and one for the crossing counts (a difference array; the XOR of the
+//! crossing buffers' ids names the one buffer where the count is 1).
 
 use crate::graph::{Graph, NodeFlags, Phase, NONE};
+use crate::liveness::Liveness;
 use crate::opkind;
 use crate::schedule::Schedule;
 
@@ -38,7 +48,7 @@ pub struct Cuts {
 }
 
 /// Finds the forward pass's cuts and segments.
-pub fn cut_segments(g: &Graph, s: &Schedule, min_bytes: u64) -> Cuts {
+pub fn cut_segments(g: &Graph, s: &Schedule, l: &Liveness, min_bytes: u64) -> Cuts {
     let fwd: Vec<u32> = s
         .order
         .iter()
@@ -50,27 +60,35 @@ pub fn cut_segments(g: &Graph, s: &Schedule, min_bytes: u64) -> Cuts {
     for (i, &v) in fwd.iter().enumerate() {
         fpos[v as usize] = i as u32;
     }
+    let plumbing = plumbing(g, s, &fwd);
+    // Last forward reader of every buffer, over the owner and its aliases.
+    let mut last = vec![NONE; g.num_tensors()];
+    for t in 0..g.num_tensors() {
+        let o = l.owner[t] as usize;
+        for &c in g.consumers(t as u32) {
+            let f = fpos[c as usize];
+            if f != NONE && (last[o] == NONE || f > last[o]) {
+                last[o] = f;
+            }
+        }
+    }
     // count[b], xor[b]: activations crossing boundary b (after fwd[b]).
     let mut dcount = vec![0i64; m + 1];
     let mut dxor = vec![0u32; m + 1];
     for t in 0..g.num_tensors() as u32 {
         let tt = &g.tensors[t as usize];
         let p = tt.node as usize;
-        if tt.alias_of != NONE
+        if l.owner[t as usize] != t
             || tt.bytes < min_bytes.max(1)
             || fpos[p] == NONE
             || g.nodes[p].flags.has(NodeFlags::SOURCE)
             || g.nodes[p].flags.has(NodeFlags::NO_RECOMPUTE)
+            || plumbing[p]
         {
             continue;
         }
-        let last = g
-            .consumers(t)
-            .iter()
-            .map(|&c| fpos[c as usize])
-            .filter(|&f| f != NONE)
-            .max();
-        if let Some(last) = last.filter(|&l| l > fpos[p]) {
+        let last = last[t as usize];
+        if last != NONE && last > fpos[p] {
             let (a, b) = (fpos[p] as usize, last as usize);
             dcount[a] += 1;
             dcount[b] -= 1;
@@ -100,6 +118,35 @@ pub fn cut_segments(g: &Graph, s: &Schedule, min_bytes: u64) -> Cuts {
         cuts.boundary.push(NONE);
     }
     cuts
+}
+
+/// Per node: is it plumbing (every input, transitively, made from sources
+/// by non-checkpoint ops, and no forward path from it reaches a checkpoint
+/// op)? Sources themselves count as source-only; a node without inputs
+/// that is not a source does not.
+fn plumbing(g: &Graph, s: &Schedule, fwd: &[u32]) -> Vec<bool> {
+    let n = g.num_nodes();
+    let mut src_only = vec![false; n];
+    for &v in &s.order {
+        let vi = v as usize;
+        let ins = g.inputs(v);
+        src_only[vi] = g.nodes[vi].flags.has(NodeFlags::SOURCE)
+            || (!ins.is_empty()
+                && !opkind::is_checkpoint(g.op_name(v))
+                && ins
+                    .iter()
+                    .all(|&t| src_only[g.tensors[t as usize].node as usize]));
+    }
+    let mut feeds = vec![false; n];
+    for &v in fwd.iter().rev() {
+        feeds[v as usize] = opkind::is_checkpoint(g.op_name(v))
+            || g.outputs(v).any(|t| {
+                g.consumers(t)
+                    .iter()
+                    .any(|&c| g.phase[c as usize] == Phase::Forward && feeds[c as usize])
+            });
+    }
+    (0..n).map(|v| src_only[v] && !feeds[v]).collect()
 }
 
 /// Chen's spacing: segments grouped `ceil(sqrt(M))` at a time, so about
@@ -133,7 +180,7 @@ mod tests {
                 ..SynthSpec::default()
             };
             let a = crate::analyze(&graphdef(&spec), &Default::default()).unwrap();
-            let c = cut_segments(&a.graph, &a.schedule, 1024);
+            let c = cut_segments(&a.graph, &a.schedule, &a.liveness, 1024);
             // At least one cut per block (the shortcut and the branch meet
             // at the block's end), none inside a residual branch.
             assert!(
@@ -157,6 +204,67 @@ mod tests {
                 .count();
             assert_eq!(n, fwd, "every recomputable forward op is in one segment");
         }
+    }
+
+    /// A buffer read forward through an alias (`context/Reshape` of the
+    /// attention context, read by the output projection) crosses every
+    /// boundary up to the alias's reader: no cut falls between the alias op
+    /// and its reader, and every cut's boundary is the only buffer crossing.
+    #[test]
+    fn a_buffer_read_through_an_alias_crosses_the_boundary() {
+        let spec = SynthSpec {
+            kind: SynthKind::Transformer,
+            blocks: 3,
+            batch: 2,
+            size: 32,
+            channels: 32,
+            ..SynthSpec::default()
+        };
+        let a = crate::analyze(&graphdef(&spec), &Default::default()).unwrap();
+        let (g, l) = (&a.graph, &a.liveness);
+        let c = cut_segments(g, &a.schedule, l, 1024);
+        let fwd_pos =
+            |v: u32| (g.phase[v as usize] == Phase::Forward).then(|| a.schedule.pos[v as usize]);
+        let mut aliases_read_forward = 0;
+        for (seg, &b) in c.segments.iter().zip(&c.boundary) {
+            let Some(&end) = seg.last() else { continue };
+            let cut = a.schedule.pos[end as usize];
+            for t in 0..g.num_tensors() as u32 {
+                let o = l.owner[t as usize];
+                if o == t || g.tensors[o as usize].bytes < 1024 {
+                    continue;
+                }
+                let made = a.schedule.pos[g.tensors[t as usize].node as usize];
+                let read_after = g
+                    .consumers(t)
+                    .iter()
+                    .filter_map(|&r| fwd_pos(r))
+                    .any(|p| p > cut);
+                if made <= cut && read_after {
+                    assert_eq!(
+                        o,
+                        b,
+                        "{} crosses the cut after {}",
+                        g.tensor_name(t),
+                        g.nodes[end as usize].name
+                    );
+                }
+                if read_after {
+                    aliases_read_forward += 1;
+                }
+            }
+        }
+        assert!(
+            aliases_read_forward > 0,
+            "the graph reads aliases in the forward pass"
+        );
+        assert!(
+            !c.segments.iter().any(|s| s
+                .last()
+                .is_some_and(|&v| g.nodes[v as usize].name.ends_with("context/Reshape"))),
+            "a cut between the context's Reshape and the output projection"
+        );
+        assert!(c.segments.len() >= 3);
     }
 
     #[test]

@@ -22,7 +22,7 @@
 
 use super::candidates::{position_at, SwapCandidate};
 use super::trigger::safe_trigger;
-use crate::graph::{Graph, NodeFlags};
+use crate::graph::{Graph, NodeFlags, Phase};
 use crate::liveness::Liveness;
 use crate::schedule::Schedule;
 
@@ -205,7 +205,8 @@ pub struct RecomputeOpt {
     pub unit: usize,
     /// Nodes to clone, schedule order.
     pub clones: Vec<u32>,
-    /// Tensors freed, each with its last early reader position.
+    /// Buffers freed (owner tensors), each with its last early reader
+    /// position (over the owner and its aliases).
     pub saved: Vec<(u32, u32)>,
     /// Late readers, redirected to the clones (node ids, sorted).
     pub consumers: Vec<u32>,
@@ -230,30 +231,64 @@ const MAX_TENSORS_PER_OPTION: usize = 64;
 /// Most recompute options built per unit (one per clone time).
 const TRIGGERS_PER_UNIT: usize = 3;
 
+/// Which candidates a recompute option may free.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SpanRule {
+    /// The buffer never freed: the checkpoint a span of cut segments hands
+    /// on to the next (`NONE`: none).
+    pub kept: u32,
+    /// Only buffers whose first late reader is in the backward pass (or
+    /// later): a span is recomputed for the gradients, as `keras.remat`
+    /// does; a buffer the loss reads late in the forward pass (a label
+    /// cast) would set a clone time before the backward pass, where the
+    /// clones' outputs are held until their late reads and free nothing.
+    pub backward_only: bool,
+}
+
+impl SpanRule {
+    /// A unit or a segment of units: every candidate.
+    pub const ANY: SpanRule = SpanRule {
+        kept: crate::graph::NONE,
+        backward_only: false,
+    };
+}
+
 /// Places the recompute of `unit` at up to three clone times, each freeing
-/// the unit's tensors idle across it (`gap_of[t]`: index into `cands`). The
-/// greedy takes at most one of them (they free the same tensors).
+/// the unit's tensors idle across it (`gap_of[t]`: index into `cands` of the
+/// candidate whose late readers read `t`, an owner or an alias of it). A
+/// candidate read late through an alias counts when the unit holds both
+/// the alias op and the owner's producer: the clone set then rebuilds the
+/// owner and the alias, the late readers read the cloned alias, and the
+/// owner's buffer is freed. `rule` narrows the candidates for spans of
+/// cut segments ([`SpanRule`]). The greedy takes at most one of the
+/// options (they free the same tensors).
 pub fn recompute_options(
     ctx: &Ctx<'_>,
     unit: usize,
     nodes: &[u32],
+    rule: SpanRule,
     cands: &[SwapCandidate],
     gap_of: &[u32],
     in_unit: &mut [bool],
 ) -> Vec<RecomputeOpt> {
     let g = ctx.g;
+    for &v in nodes {
+        in_unit[v as usize] = true;
+    }
     let mut saved: Vec<&SwapCandidate> = nodes
         .iter()
         .flat_map(|&v| g.outputs(v))
         .filter_map(|t| cands.get(gap_of[t as usize] as usize))
+        .filter(|c| {
+            c.owner != rule.kept
+                && (!rule.backward_only || g.phase[c.late[0].1 as usize] != Phase::Forward)
+                && (c.tensor == c.owner || in_unit[g.tensors[c.owner as usize].node as usize])
+        })
         .collect();
     if saved.len() > MAX_TENSORS_PER_OPTION {
         // Keep the largest (ties: lowest id), so `triggers` stays O(1) per unit.
         saved.sort_by(|a, b| b.bytes.cmp(&a.bytes).then(a.tensor.cmp(&b.tensor)));
         saved.truncate(MAX_TENSORS_PER_OPTION);
-    }
-    for &v in nodes {
-        in_unit[v as usize] = true;
     }
     let mut out = Vec::new();
     for (ideal, set) in triggers(&saved) {
@@ -360,7 +395,7 @@ fn finish_recompute(
         .filter(|&&o| l.last_use[o as usize] < trigger)
         .map(|&o| g.tensors[o as usize].bytes)
         .sum();
-    let mut saved_t: Vec<u32> = saved.iter().map(|c| c.tensor).collect();
+    let mut saved_t: Vec<u32> = saved.iter().map(|c| c.owner).collect();
     saved_t.sort_unstable();
     let transient = clones
         .iter()
@@ -372,7 +407,7 @@ fn finish_recompute(
         unit,
         time_s: clones.iter().map(|&v| ctx.op_time[v as usize]).sum(),
         clones,
-        saved: saved.iter().map(|c| (c.tensor, c.last_early)).collect(),
+        saved: saved.iter().map(|c| (c.owner, c.last_early)).collect(),
         bytes: saved.iter().map(|c| c.bytes).sum(),
         consumers,
         trigger,

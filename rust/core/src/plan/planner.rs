@@ -17,15 +17,20 @@
 //! - `hybrid`: the fastest plan that fits among the greedy choosing between
 //!   swap and recompute at every step (bytes freed per second of estimated
 //!   cost; swap-outs queued on the device-to-host engine, recomputes fed by
-//!   swapped-in checkpoints), the recompute plan, and the published loop
-//!   started from the `swap` plan and from the TFLMS plan. So `hybrid` is
-//!   never slower than any other strategy.
+//!   swapped-in checkpoints), the recompute plan, Chen's plan, the
+//!   "blocks" plans (every span of one or two cut segments recomputed from
+//!   its checkpoint, `keras.remat` around each block chosen from the
+//!   structure), and the published loop started from the `swap` plan and
+//!   from the TFLMS plan. So `hybrid` is never slower than any other
+//!   strategy.
 //!
 //! # Complexity
 //! Option building O(T + E log E + N); each greedy run O((S + R) log^2 N);
-//! at most `2 * max_rounds` greedy runs per budget loop (with the queue
-//! check, then without it if that found no plan) and `max_evals` extra
-//! simulations, each O(simulate).
+//! at most `2 * (max_rounds + RAISED_TARGETS)` greedy runs per budget loop
+//! (with the queue check, then without it if that found no plan) and
+//! `max_evals` extra simulations, each O(simulate). Chen's and the blocks
+//! plans: O(T + N) each to build (the spans partition the forward ops), one
+//! simulation each.
 
 use std::str::FromStr;
 
@@ -35,7 +40,9 @@ use super::candidates::{swap_candidates, SwapCandidate};
 use super::cuts::{cut_segments, sqrt_spans, Cuts};
 use super::greedy::{choose_indexed, queued_out_ends, Chosen, Guide, Index, Pool};
 use super::links::place_swap_ins;
-use super::options::{recompute_options as unit_options, swap_option, Ctx, RecomputeOpt, SwapOpt};
+use super::options::{
+    recompute_options as unit_options, swap_option, Ctx, RecomputeOpt, SpanRule, SwapOpt,
+};
 use super::partition::partition;
 use super::select::Selection;
 use super::tflms::{tflms_plan, TflmsParams};
@@ -198,7 +205,7 @@ impl<'a> Planner<'a> {
                 swaps.push(o);
             }
         }
-        let cuts = cut_segments(ctx.g, ctx.s, opts.min_bytes);
+        let cuts = cut_segments(ctx.g, ctx.s, ctx.l, opts.min_bytes);
         let mut recs = recompute_options(ctx, &cands, &cuts);
         if let Some(m) = &selected {
             recs.retain(|r| r.clones.iter().all(|&v| m[v as usize]));
@@ -289,6 +296,9 @@ impl<'a> Planner<'a> {
         consider(self.fit(true, true, "hybrid"));
         consider(self.fit(false, true, "recompute"));
         consider(self.chen());
+        for width in BLOCK_WIDTHS {
+            consider(self.blocks(width));
+        }
         consider(self.swap().and_then(|p| self.paper(p)));
         if self.opts.tflms.is_none() && self.ctx.g.num_nodes() <= self.opts.grid_max_nodes {
             consider(self.tflms_tuned().and_then(|p| self.paper(p)));
@@ -305,26 +315,44 @@ impl<'a> Planner<'a> {
     /// the tensors at the groups' cuts are kept. Judged against the budget,
     /// never tuned to it.
     fn chen(&self) -> Option<Planned> {
-        let ctx = self.ctx;
-        let mut gap_of = vec![NONE; ctx.g.num_tensors()];
-        for (i, c) in self.cands.iter().enumerate() {
-            if c.tensor == c.owner {
-                gap_of[c.tensor as usize] = i as u32;
-            }
+        self.spans_plan(&sqrt_spans(self.cuts.segments.len()), "chen")
+    }
+
+    /// `keras.remat` around every block, chosen from the structure: spans
+    /// of `width` consecutive cut segments, each recomputed from the tensor
+    /// crossing the cut before it (its option freeing the most bytes).
+    /// `None` when these are Chen's spans (already judged) or nothing fits.
+    fn blocks(&self, width: usize) -> Option<Planned> {
+        let m = self.cuts.segments.len();
+        let spans = block_spans(m, width);
+        if m < 2 || spans == sqrt_spans(m) {
+            return None;
         }
+        self.spans_plan(&spans, "blocks")
+    }
+
+    /// One recompute per span, at its option freeing the most memory over
+    /// time (`freed_area`; ties: the earliest trigger), judged by the
+    /// simulator against the budget. The most bytes alone would favour a
+    /// clone time early in the forward pass, where every tensor of the span
+    /// is idle but nothing is freed for long (a label buffer read by the
+    /// loss sets such a time).
+    fn spans_plan(&self, spans: &[(usize, usize)], who: &'static str) -> Option<Planned> {
+        let ctx = self.ctx;
+        let gap_of = gap_index(ctx, &self.cands);
         let mut in_unit = vec![false; ctx.g.num_nodes()];
         let m = &self.selected;
         let chosen = Chosen {
-            recomputes: sqrt_spans(self.cuts.segments.len())
-                .into_iter()
-                .filter_map(|span| {
+            recomputes: spans
+                .iter()
+                .filter_map(|&span| {
                     span_options(
                         ctx,
                         span.0,
                         &self.cuts,
                         span,
                         &self.cands,
-                        &mut gap_of,
+                        &gap_of,
                         &mut in_unit,
                     )
                     .into_iter()
@@ -332,7 +360,7 @@ impl<'a> Planner<'a> {
                         m.as_ref()
                             .is_none_or(|m| r.clones.iter().all(|&v| m[v as usize]))
                     })
-                    .max_by_key(|r| (r.bytes, std::cmp::Reverse(r.trigger)))
+                    .max_by_key(|r| (freed_area(ctx, r), std::cmp::Reverse(r.trigger)))
                 })
                 .collect(),
             ..Chosen::default()
@@ -343,10 +371,10 @@ impl<'a> Planner<'a> {
         let plan = self.to_plan(&chosen);
         let v = self.judge(&plan).ok()?;
         if v.peak_bytes > self.opts.budget {
-            self.note_fail(v.peak_bytes, "chen");
+            self.note_fail(v.peak_bytes, who);
             return None;
         }
-        Some(self.planned(plan, v, "chen"))
+        Some(self.planned(plan, v, who))
     }
 
     /// TFLMS: with the given parameters, or the best of the parameter grid
@@ -479,6 +507,13 @@ impl<'a> Planner<'a> {
         out
     }
 
+    /// Greedy rounds at a falling target: each round lowers it by the
+    /// simulated overshoot (at least 1% of the budget), at most
+    /// `max_rounds` rounds. The greedy's model and the simulator differ, so
+    /// the simulated peak is not monotone in the target; when the falling
+    /// targets find nothing, up to `RAISED_TARGETS` rounds at targets above
+    /// the budget (1%, 2%, ... of it) are tried, and a plan whose simulated
+    /// peak fits is accepted like any other.
     fn fit_with(
         &self,
         pool: &Pool<'_>,
@@ -493,21 +528,7 @@ impl<'a> Planner<'a> {
         // earlier position delays the ones after it).
         let mut floor: Vec<f64> = Vec::new();
         for _ in 0..self.opts.max_rounds.max(1) {
-            let guide = Guide {
-                out_floor: &floor,
-                queue_check,
-            };
-            let chosen = choose_indexed(self.ctx, pool, ix, target, guide);
-            // Swap-ins placed so queued copies still arrive in time; if that
-            // holds too much memory, the triggers from the options.
-            let mut placed = chosen.clone();
-            place_swap_ins(self.ctx, &self.cands, &mut placed.swaps);
-            let mut plan = self.to_plan(&placed);
-            let mut v = self.judge(&plan).ok()?;
-            if v.peak_bytes > budget && placed.swaps != chosen.swaps {
-                plan = self.to_plan(&chosen);
-                v = self.judge(&plan).ok()?;
-            }
+            let (plan, v, chosen) = self.round(pool, ix, target, &floor, queue_check)?;
             if v.peak_bytes <= budget {
                 return Some(self.planned(plan, v, who));
             }
@@ -519,12 +540,48 @@ impl<'a> Planner<'a> {
                 floor.iter_mut().zip(ends).for_each(|(f, e)| *f = f.max(e));
             }
             if chosen.model_peak > target {
-                return None; // the options are exhausted at the peak
+                break; // the options are exhausted at the peak
             }
             let over = v.peak_bytes - budget;
             target = target.saturating_sub(over.max(budget / 100).max(1));
         }
+        for k in 1..=RAISED_TARGETS {
+            let step = (budget / 100).max(1);
+            let raised = budget.saturating_add(step.saturating_mul(k));
+            let (plan, v, _) = self.round(pool, ix, raised, &floor, queue_check)?;
+            if v.peak_bytes <= budget {
+                return Some(self.planned(plan, v, who));
+            }
+            self.note_fail(v.peak_bytes, who);
+        }
         None
+    }
+
+    /// One greedy run at `target`, its plan and the simulator's verdict.
+    /// Swap-ins are placed so queued copies still arrive in time; if that
+    /// holds too much memory, the triggers from the options are used.
+    fn round(
+        &self,
+        pool: &Pool<'_>,
+        ix: &mut Index,
+        target: u64,
+        floor: &[f64],
+        queue_check: bool,
+    ) -> Option<(Plan, Verdict, Chosen)> {
+        let guide = Guide {
+            out_floor: floor,
+            queue_check,
+        };
+        let chosen = choose_indexed(self.ctx, pool, ix, target, guide);
+        let mut placed = chosen.clone();
+        place_swap_ins(self.ctx, &self.cands, &mut placed.swaps);
+        let mut plan = self.to_plan(&placed);
+        let mut v = self.judge(&plan).ok()?;
+        if v.peak_bytes > self.opts.budget && placed.swaps != chosen.swaps {
+            plan = self.to_plan(&chosen);
+            v = self.judge(&plan).ok()?;
+        }
+        Some((plan, v, chosen))
     }
 
     /// The published hybrid: replace the swaps of a unit by its recompute,
@@ -694,16 +751,19 @@ impl<'a> Planner<'a> {
 /// O(N + E) for the units, O(sum of segment sizes) = O(4 N) for the segments.
 fn recompute_options(ctx: &Ctx<'_>, cands: &[SwapCandidate], cuts: &Cuts) -> Vec<RecomputeOpt> {
     let units = partition(ctx.g, ctx.s);
-    let mut gap_of = vec![NONE; ctx.g.num_tensors()];
-    for (i, c) in cands.iter().enumerate() {
-        if c.tensor == c.owner {
-            gap_of[c.tensor as usize] = i as u32; // a clone cannot stand in for an alias
-        }
-    }
+    let gap_of = gap_index(ctx, cands);
     let mut in_unit = vec![false; ctx.g.num_nodes()];
     let mut out: Vec<RecomputeOpt> = Vec::new();
     for (u, nodes) in units.units.iter().enumerate() {
-        out.extend(unit_options(ctx, u, nodes, cands, &gap_of, &mut in_unit));
+        out.extend(unit_options(
+            ctx,
+            u,
+            nodes,
+            SpanRule::ANY,
+            cands,
+            &gap_of,
+            &mut in_unit,
+        ));
     }
     let n = units.units.len();
     for width in SEGMENT_WIDTHS {
@@ -718,6 +778,7 @@ fn recompute_options(ctx: &Ctx<'_>, cands: &[SwapCandidate], cuts: &Cuts) -> Vec
                 ctx,
                 n + start,
                 &nodes,
+                SpanRule::ANY,
                 cands,
                 &gap_of,
                 &mut in_unit,
@@ -735,13 +796,43 @@ fn recompute_options(ctx: &Ctx<'_>, cands: &[SwapCandidate], cuts: &Cuts) -> Vec
                 cuts,
                 (a, b),
                 cands,
-                &mut gap_of,
+                &gap_of,
                 &mut in_unit,
             ));
         }
     }
     out
 }
+
+/// Per tensor: the index into `cands` of the candidate whose late readers
+/// read it (an owner, or the alias of one the late readers read), `NONE`
+/// for the others. A recompute frees an alias candidate's buffer only when
+/// it clones the owner's producer and the alias op (`options.rs`).
+///
+/// # Complexity
+/// O(T + C).
+fn gap_index(ctx: &Ctx<'_>, cands: &[SwapCandidate]) -> Vec<u32> {
+    let mut gap_of = vec![NONE; ctx.g.num_tensors()];
+    for (i, c) in cands.iter().enumerate() {
+        gap_of[c.tensor as usize] = i as u32;
+    }
+    gap_of
+}
+
+/// Byte-positions a recompute frees: each saved buffer's bytes times the
+/// positions from its last early read to the clone time.
+fn freed_area(ctx: &Ctx<'_>, r: &RecomputeOpt) -> u128 {
+    r.saved
+        .iter()
+        .map(|&(t, last_early)| {
+            let span = r.trigger.saturating_sub(last_early);
+            u128::from(ctx.g.tensors[t as usize].bytes) * u128::from(span)
+        })
+        .sum()
+}
+
+/// Rounds of the budget loop at targets above the budget (`fit_with`).
+const RAISED_TARGETS: u64 = 2;
 
 /// Segment widths (units), each placed at half-width strides.
 const SEGMENT_WIDTHS: [usize; 3] = [2, 4, 8];
@@ -750,25 +841,35 @@ const SEGMENT_WIDTHS: [usize; 3] = [2, 4, 8];
 /// tensor crossing the cut before them, placed at their own width.
 const SPAN_WIDTHS: [usize; 3] = [1, 2, 4];
 
+/// Widths (cut segments) of `hybrid`'s whole-plan "blocks" candidates:
+/// every block recomputed from its checkpoint, alone or in pairs.
+const BLOCK_WIDTHS: [usize; 2] = [1, 2];
+
+/// Spans of `width` consecutive segments out of `m`, from the first.
+fn block_spans(m: usize, width: usize) -> Vec<(usize, usize)> {
+    (0..m)
+        .step_by(width.max(1))
+        .map(|a| (a, (a + width).min(m)))
+        .collect()
+}
+
 /// Recompute options of a span of cut segments `a..b`: its recomputable
-/// ops cloned from the tensor crossing the cut before it. The tensor
-/// crossing the cut after it is kept (a checkpoint for the next span), so
-/// spans combine.
+/// ops cloned from the tensor crossing the cut before it, freeing buffers
+/// read late by the backward pass ([`SpanRule`]). The buffer crossing the
+/// cut after it is kept (a checkpoint for the next span), so spans combine.
 fn span_options(
     ctx: &Ctx<'_>,
     id: usize,
     cuts: &Cuts,
     (a, b): (usize, usize),
     cands: &[SwapCandidate],
-    gap_of: &mut [u32],
+    gap_of: &[u32],
     in_unit: &mut [bool],
 ) -> Vec<RecomputeOpt> {
-    let kept = cuts.boundary[b - 1];
-    let hidden = (kept != NONE).then(|| std::mem::replace(&mut gap_of[kept as usize], NONE));
+    let rule = SpanRule {
+        kept: cuts.boundary[b - 1],
+        backward_only: true,
+    };
     let nodes: Vec<u32> = cuts.segments[a..b].iter().flatten().copied().collect();
-    let out = unit_options(ctx, id, &nodes, cands, gap_of, in_unit);
-    if let Some(h) = hidden {
-        gap_of[kept as usize] = h;
-    }
-    out
+    unit_options(ctx, id, &nodes, rule, cands, gap_of, in_unit)
 }
