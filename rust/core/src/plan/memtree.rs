@@ -1,6 +1,12 @@
 //! A segment tree over schedule positions: add a value to a range, read the
 //! maximum and where it is. The planners' memory model.
 //!
+//! The tree is the perfect binary tree over `N.next_power_of_two()` leaves,
+//! built bottom-up in one pass; the leaves past the last position hold
+//! `i64::MIN`, below every real value, and no range add reaches them, so
+//! the maximum and the first position reaching it are those of the
+//! positions alone.
+//!
 //! # Complexity
 //! O(N) to build, O(log N) per range add and per max query, O(N) memory.
 
@@ -15,6 +21,8 @@ pub(crate) fn tree_size(len: usize) -> usize {
 #[derive(Debug, Clone)]
 pub struct MemTree {
     len: usize,
+    /// Leaves of the tree: `len.next_power_of_two()`.
+    leaves: usize,
     max: Vec<i64>,
     lazy: Vec<i64>,
 }
@@ -23,26 +31,21 @@ impl MemTree {
     /// Builds the tree over initial values.
     pub fn new(values: &[i64]) -> Self {
         let len = values.len().max(1);
-        let mut t = MemTree {
+        let leaves = len.next_power_of_two();
+        let mut max = vec![i64::MIN; tree_size(len)];
+        if values.is_empty() {
+            max[leaves] = i64::MIN / 4;
+        }
+        max[leaves..leaves + values.len()].copy_from_slice(values);
+        for k in (1..leaves).rev() {
+            max[k] = max[2 * k].max(max[2 * k + 1]);
+        }
+        MemTree {
             len,
-            max: vec![i64::MIN / 4; tree_size(len)],
+            leaves,
+            max,
             lazy: vec![0; tree_size(len)],
-        };
-        if !values.is_empty() {
-            t.build(1, 0, len - 1, values);
         }
-        t
-    }
-
-    fn build(&mut self, node: usize, lo: usize, hi: usize, v: &[i64]) {
-        if lo == hi {
-            self.max[node] = v[lo];
-            return;
-        }
-        let mid = (lo + hi) / 2;
-        self.build(2 * node, lo, mid, v);
-        self.build(2 * node + 1, mid + 1, hi, v);
-        self.max[node] = self.max[2 * node].max(self.max[2 * node + 1]);
     }
 
     /// Adds `delta` to every position in `lo..=hi` (clamped; empty if lo > hi).
@@ -51,7 +54,7 @@ impl MemTree {
         if lo > hi || delta == 0 {
             return;
         }
-        self.add_rec(1, 0, self.len - 1, lo, hi, delta);
+        self.add_rec(1, 0, self.leaves - 1, lo, hi, delta);
     }
 
     fn add_rec(&mut self, node: usize, nlo: usize, nhi: usize, lo: usize, hi: usize, d: i64) {
@@ -71,7 +74,7 @@ impl MemTree {
 
     /// The maximum over all positions and the first position reaching it.
     pub fn argmax(&self) -> (usize, i64) {
-        let (mut node, mut lo, mut hi) = (1usize, 0usize, self.len - 1);
+        let (mut node, mut lo, mut hi) = (1usize, 0usize, self.leaves - 1);
         let best = self.max[1];
         let mut acc = 0i64;
         while lo < hi {
@@ -94,7 +97,7 @@ impl MemTree {
         if lo > hi {
             return i64::MIN / 4;
         }
-        self.max_rec(1, 0, self.len - 1, lo, hi)
+        self.max_rec(1, 0, self.leaves - 1, lo, hi)
     }
 
     fn max_rec(&self, node: usize, nlo: usize, nhi: usize, lo: usize, hi: usize) -> i64 {

@@ -1,11 +1,19 @@
 //! Best-first interval stabbing: among options whose position interval
 //! covers a point, the best one still valid.
 //!
+//! The tree is the perfect binary tree over `N.next_power_of_two()` leaves
+//! (node `k` has children `2k`, `2k + 1`; leaf `p` is node `L + p`): an
+//! interval's canonical nodes come bottom-up from its two ends, a query
+//! walks from its leaf to the root, without recursion. Which node holds an
+//! entry never changes an answer: every interval covering `p` sits on `p`'s
+//! path exactly once, and the answer is the best of them by score (then id).
+//!
 //! # Complexity
-//! O(C log N) entries for C intervals over N positions, placed by a
-//! counting sort after one sort of the intervals by score (O(C log C + C log
-//! N + N)). A query walks one root-to-leaf path, O(log N), plus the entries
-//! it discards; an entry is discarded once, so all queries together cost
+//! O(C log N) entries for C intervals over N positions, placed by counting
+//! (one pass counts each node's entries, a second writes them in score
+//! order) after one sort of the intervals by score (O(C log C + C log N +
+//! N)). A query walks one leaf-to-root path, O(log N), plus the entries it
+//! discards; an entry is discarded once, so all queries together cost
 //! O((Q + C) log N). [`Stab::reset`] restores every entry in O(N).
 
 use super::memtree::tree_size;
@@ -15,6 +23,8 @@ use super::memtree::tree_size;
 /// node's ids are stored contiguously (CSR), best first.
 pub struct Stab {
     len: usize,
+    /// Leaves of the tree: `len.next_power_of_two()`.
+    leaves: usize,
     off: Vec<u32>,
     ids: Vec<u32>,
     cursor: Vec<u32>,
@@ -25,41 +35,37 @@ impl Stab {
     /// intervals; `score[id]` ranks options (ties: lower id).
     pub fn new(len: usize, intervals: &[(u32, u32, u32)], score: &[f64]) -> Self {
         let len = len.max(1);
-        let mut by_score: Vec<usize> = (0..intervals.len()).collect();
-        let key = |k: usize| intervals[k].0 as usize;
-        by_score.sort_by(|&a, &b| {
-            score[key(b)]
-                .total_cmp(&score[key(a)])
-                .then(key(a).cmp(&key(b)))
+        let leaves = len.next_power_of_two();
+        // Clamped to the positions, best first (ties: lower id; one
+        // option's intervals are interchangeable).
+        let mut spans: Vec<(u32, usize, usize)> = intervals
+            .iter()
+            .filter(|&&(_, lo, hi)| lo <= hi && (lo as usize) < len)
+            .map(|&(id, lo, hi)| (id, lo as usize, (hi as usize).min(len - 1)))
+            .collect();
+        spans.sort_unstable_by(|a, b| {
+            (score[b.0 as usize].total_cmp(&score[a.0 as usize])).then(a.0.cmp(&b.0))
         });
-        // The canonical nodes of every interval, in score order; then a
-        // counting sort by node (stable: ids stay in score order per node).
         let size = tree_size(len);
-        let mut pairs: Vec<(u32, u32)> = Vec::new();
         let mut off = vec![0u32; size + 1];
-        for k in by_score {
-            let (id, lo, hi) = intervals[k];
-            if lo <= hi && (lo as usize) < len {
-                let hi = (hi as usize).min(len - 1);
-                insert(&mut pairs, 1, 0, len - 1, lo as usize, hi, id);
-            }
-        }
-        for &(node, _) in &pairs {
-            off[node as usize + 1] += 1;
+        for &(_, lo, hi) in &spans {
+            canonical(leaves, lo, hi, |node| off[node + 1] += 1);
         }
         for k in 0..size {
             off[k + 1] += off[k];
         }
         let mut cursor = off[..size].to_vec();
-        let mut ids = vec![0u32; pairs.len()];
-        for (node, id) in pairs {
-            let c = &mut cursor[node as usize];
-            ids[*c as usize] = id;
-            *c += 1;
+        let mut ids = vec![0u32; off[size] as usize];
+        for &(id, lo, hi) in &spans {
+            canonical(leaves, lo, hi, |node| {
+                ids[cursor[node] as usize] = id;
+                cursor[node] += 1;
+            });
         }
         cursor.copy_from_slice(&off[..size]);
         Stab {
             len,
+            leaves,
             cursor,
             off,
             ids,
@@ -85,9 +91,9 @@ impl Stab {
         if p >= self.len {
             return None;
         }
-        let (mut node, mut lo, mut hi) = (1usize, 0usize, self.len - 1);
         let mut best: Option<u32> = None;
-        loop {
+        let mut node = self.leaves + p;
+        while node > 0 {
             let end = self.off[node + 1];
             let cur = &mut self.cursor[node];
             while *cur < end && !valid(self.ids[*cur as usize]) {
@@ -103,40 +109,29 @@ impl Stab {
                     best = Some(id);
                 }
             }
-            if lo == hi {
-                return best;
-            }
-            let mid = (lo + hi) / 2;
-            if p <= mid {
-                node *= 2;
-                hi = mid;
-            } else {
-                node = 2 * node + 1;
-                lo = mid + 1;
-            }
+            node /= 2;
         }
+        best
     }
 }
 
-fn insert(
-    out: &mut Vec<(u32, u32)>,
-    node: usize,
-    nlo: usize,
-    nhi: usize,
-    lo: usize,
-    hi: usize,
-    id: u32,
-) {
-    if hi < nlo || nhi < lo {
-        return;
+/// Calls `f` on each canonical node of `lo..=hi` in the perfect tree over
+/// `leaves` leaves (at most two per level).
+#[inline]
+fn canonical(leaves: usize, lo: usize, hi: usize, mut f: impl FnMut(usize)) {
+    let (mut l, mut r) = (lo + leaves, hi + leaves + 1);
+    while l < r {
+        if l & 1 == 1 {
+            f(l);
+            l += 1;
+        }
+        if r & 1 == 1 {
+            r -= 1;
+            f(r);
+        }
+        l /= 2;
+        r /= 2;
     }
-    if lo <= nlo && nhi <= hi {
-        out.push((node as u32, id));
-        return;
-    }
-    let mid = (nlo + nhi) / 2;
-    insert(out, 2 * node, nlo, mid, lo, hi, id);
-    insert(out, 2 * node + 1, mid + 1, nhi, lo, hi, id);
 }
 
 #[cfg(test)]
@@ -153,5 +148,45 @@ mod tests {
         assert_eq!(s.best(6, &score, |_| true), Some(3));
         assert_eq!(s.best(0, &score, |_| true), Some(0));
         assert_eq!(s.best(3, &score, |i| i == 0), Some(0));
+    }
+
+    #[test]
+    fn matches_a_naive_scan() {
+        let mut seed = 99u64;
+        let mut next = |m: u64| {
+            seed = seed
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            (seed >> 33) % m
+        };
+        for len in [1usize, 5, 37, 64] {
+            let n = 60;
+            let score: Vec<f64> = (0..n).map(|_| next(7) as f64).collect(); // ties
+            let mut iv = Vec::new();
+            for id in 0..n as u32 {
+                for _ in 0..=next(2) {
+                    let (a, b) = (next(len as u64 + 3) as u32, next(len as u64 + 3) as u32);
+                    iv.push((id, a.min(b), a.max(b)));
+                }
+            }
+            let mut s = Stab::new(len, &iv, &score);
+            let mut gone = vec![false; n];
+            for _ in 0..200 {
+                gone[next(n as u64) as usize] = true; // invalid for good
+                let p = next(len as u64 + 1) as usize;
+                let naive = iv
+                    .iter()
+                    .filter(|&&(id, lo, hi)| {
+                        !gone[id as usize] && (lo as usize) <= p && p <= hi as usize && p < len
+                    })
+                    .map(|&(id, _, _)| id)
+                    .min_by(|&a, &b| {
+                        score[b as usize]
+                            .total_cmp(&score[a as usize])
+                            .then(a.cmp(&b))
+                    });
+                assert_eq!(s.best(p, &score, |id| !gone[id as usize]), naive);
+            }
+        }
     }
 }
