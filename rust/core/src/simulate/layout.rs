@@ -58,18 +58,11 @@ impl<'a> Layout<'a> {
         let (n, nt) = (g.num_nodes(), g.num_tensors());
         let mut slot = vec![NONE; nt];
         let mut cost = Vec::with_capacity(n);
-        let mut next = 0u32;
-        for &v in &s.order {
-            cost.push(costs[v as usize]);
-            for t in g.outputs(v) {
-                slot[t as usize] = next;
-                next += 1;
-            }
-        }
-        // Inputs come before their readers in the schedule, so an input or
-        // alias owner has its buffer when it is looked up (one not yet laid
-        // out, which a schedule never gives, reads as none).
-        let at = |buf: &Vec<u32>, t: u32| buf.get(slot[t as usize] as usize).copied();
+        // One pass: inputs come before their readers in the schedule, so an
+        // input or alias owner has its slot and buffer when it is looked up
+        // (one not yet laid out, which a schedule never gives, reads as none).
+        let at =
+            |buf: &Vec<u32>, slot: &Vec<u32>, t: u32| buf.get(slot[t as usize] as usize).copied();
         let mut buf = Vec::with_capacity(nt);
         let mut buf_off = Vec::with_capacity(n + 1);
         let mut buf_bytes = Vec::new();
@@ -78,9 +71,15 @@ impl<'a> Layout<'a> {
         buf_off.push(0);
         in_off.push(0);
         for &v in &s.order {
-            in_buf.extend(g.inputs(v).iter().map(|&t| at(&buf, t).unwrap_or(NONE)));
+            cost.push(costs[v as usize]);
+            in_buf.extend(
+                g.inputs(v)
+                    .iter()
+                    .map(|&t| at(&buf, &slot, t).unwrap_or(NONE)),
+            );
             in_off.push(in_buf.len() as u32);
             for t in g.outputs(v) {
+                slot[t as usize] = buf.len() as u32;
                 let tt = &g.tensors[t as usize];
                 buf.push(match tt.alias_of {
                     NONE if tt.bytes > 0 => {
@@ -88,7 +87,7 @@ impl<'a> Layout<'a> {
                         buf_bytes.len() as u32 - 1
                     }
                     NONE => NONE,
-                    a => at(&buf, a).unwrap_or(NONE),
+                    a => at(&buf, &slot, a).unwrap_or(NONE),
                 });
             }
             buf_off.push(buf_bytes.len() as u32);

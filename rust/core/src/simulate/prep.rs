@@ -236,18 +236,32 @@ impl Prep {
             return p;
         }
         p.node_item.resize(g.num_nodes(), 0);
-        let mut next = 0usize;
-        for (pos, &v) in s.order.iter().enumerate() {
-            p.push_item(v, NONE);
-            while next < by_trigger.len() && by_trigger[next].0 as usize == pos {
-                let r = by_trigger[next].1 as usize;
-                for (i, &c) in rs[r].nodes.iter().enumerate() {
-                    p.push_item(c, p.rc_base[r] + i as u32);
-                }
-                next += 1;
+        // The originals up to each trigger in one run, then its clones.
+        let mut from = 0usize;
+        for &(pos, r) in &by_trigger {
+            let to = pos as usize + 1;
+            if from < to {
+                p.push_originals(&s.order[from..to]);
+                from = to;
+            }
+            let r = r as usize;
+            for (i, &c) in rs[r].nodes.iter().enumerate() {
+                p.push_item(c, p.rc_base[r] + i as u32);
             }
         }
+        p.push_originals(&s.order[from..]);
         p
+    }
+
+    /// Original ops `vs`, in order, as the next stream items.
+    fn push_originals(&mut self, vs: &[u32]) {
+        let base = self.item_node.len() as u32;
+        self.item_node.extend_from_slice(vs);
+        self.item_clone
+            .resize(self.item_clone.len() + vs.len(), NONE);
+        for (k, &v) in vs.iter().enumerate() {
+            self.node_item[v as usize] = base + k as u32;
+        }
     }
 
     /// Number of clone output slots.
