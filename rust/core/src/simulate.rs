@@ -229,7 +229,8 @@ pub struct Scratch {
     start: Vec<f64>,
     end: Vec<f64>,
     last: Vec<u32>,
-    freed: Vec<i128>,
+    freed: Vec<u64>,
+    freed_wide: Vec<i128>,
     item_node: Vec<u32>,
     item_clone: Vec<u32>,
     node_item: Vec<u32>,
@@ -398,8 +399,10 @@ struct Sim<'a> {
     trig_end: Vec<f64>,
     bufs: Bufs,
     clone_buf: Vec<u32>,
-    /// Bytes freed by each stream item when it ends (`memory_events`).
-    freed: Vec<i128>,
+    /// Bytes freed by each stream item when it ends (`memory_events`): in
+    /// `u64` when all buffers together fit one, else in `i128`.
+    freed: Vec<u64>,
+    freed_wide: Vec<i128>,
     stall: f64,
     compute: f64,
     recompute: f64,
@@ -447,6 +450,7 @@ impl<'a> Sim<'a> {
             bufs,
             clone_buf: vec![NONE; p.clone_buf_len()],
             freed: std::mem::take(&mut sc.freed),
+            freed_wide: std::mem::take(&mut sc.freed_wide),
             stall: 0.0,
             compute: 0.0,
             recompute: 0.0,
@@ -459,6 +463,7 @@ impl<'a> Sim<'a> {
         sc.end = self.end;
         sc.last = self.bufs.last;
         sc.freed = self.freed;
+        sc.freed_wide = self.freed_wide;
     }
 
     /// Walks the compute stream, then lets the link finish.
@@ -724,6 +729,12 @@ impl Meter {
     }
 }
 
+/// A per-item sum of buffer bytes: `u64` when no sum can overflow it (the
+/// smaller array is faster to scatter into), else `i128`.
+trait Sum: Copy + Default + std::ops::AddAssign + std::ops::SubAssign + From<u64> + Into<i128> {}
+impl Sum for u64 {}
+impl Sum for i128 {}
+
 /// Applies the link events from `li` on while `before` their time.
 #[inline]
 fn flush(m: &mut Meter, ev: &[MemEv], li: &mut usize, before: impl Fn(f64) -> bool) {
@@ -738,42 +749,42 @@ impl Sim<'_> {
     /// are consecutive events at one instant, which the timeline merges into
     /// one point), and the link-timed events sorted by time (allocations
     /// first at one instant).
-    fn memory_events(&self, freed: &mut Vec<i128>) -> Vec<MemEv> {
+    fn memory_events<F: Sum>(&self, freed: &mut Vec<F>) -> Vec<MemEv> {
         let mut link_ev = Vec::new();
         freed.clear();
-        freed.resize(self.start.len(), 0);
+        freed.resize(self.start.len(), F::default());
         let (bufs, n_orig) = (&self.bufs, self.bufs.n_orig);
         let orig = self.lay.buf_bytes.iter();
         for (&last, &bytes) in bufs.last.iter().zip(orig) {
-            freed[last as usize] += i128::from(bytes);
+            freed[last as usize] += F::from(bytes);
         }
         // A held buffer's free moves from its last reader's end to the end
         // of its swap-out, when that is later.
         for &(b, held) in &bufs.held {
             let (last, d) = (
                 bufs.last[b as usize] as usize,
-                i128::from(self.lay.buf_bytes[b as usize]),
+                self.lay.buf_bytes[b as usize],
             );
             if held > self.end[last] {
-                freed[last] -= d;
+                freed[last] -= F::from(d);
                 link_ev.push(MemEv {
                     time: held,
-                    delta: -d,
+                    delta: -i128::from(d),
                 });
             }
         }
         for (i, &t) in self.p.in_tensor.iter().enumerate() {
-            let d = i128::from(self.g.tensors[t as usize].value_bytes);
-            let time = self.xf[self.n_swaps + i].start;
+            let bytes = self.g.tensors[t as usize].value_bytes;
+            let (d, time) = (i128::from(bytes), self.xf[self.n_swaps + i].start);
             link_ev.push(MemEv { time, delta: d });
             match bufs.last[n_orig + i] {
                 NONE => link_ev.push(MemEv { time, delta: -d }),
-                last => freed[last as usize] += d,
+                last => freed[last as usize] += F::from(bytes),
             }
         }
         let clones = &bufs.last[n_orig + self.p.in_tensor.len()..];
         for (&last, &bytes) in clones.iter().zip(&bufs.clone_bytes) {
-            freed[last as usize] += i128::from(bytes);
+            freed[last as usize] += F::from(bytes);
         }
         // Equal keys are equal events: their order changes nothing.
         link_ev.sort_by(|a, b| a.time.total_cmp(&b.time).then(b.delta.cmp(&a.delta)));
@@ -782,14 +793,33 @@ impl Sim<'_> {
 
     /// Sweeps the events in order: the peak and, with `record`, the timeline.
     fn memory(&mut self, record: bool) -> Meter {
-        let mut freed = std::mem::take(&mut self.freed);
-        let m = self.sweep(record, &mut freed);
-        self.freed = freed;
-        m
+        // Every buffer's bytes together bound any one item's frees.
+        let ins = self.p.in_tensor.iter();
+        let total = self.lay.buf_total
+            + ins
+                .map(|&t| u128::from(self.g.tensors[t as usize].value_bytes))
+                .sum::<u128>()
+            + self
+                .bufs
+                .clone_bytes
+                .iter()
+                .map(|&b| u128::from(b))
+                .sum::<u128>();
+        if total <= u128::from(u64::MAX) {
+            let mut freed = std::mem::take(&mut self.freed);
+            let m = self.sweep(record, &mut freed);
+            self.freed = freed;
+            m
+        } else {
+            let mut freed = std::mem::take(&mut self.freed_wide);
+            let m = self.sweep(record, &mut freed);
+            self.freed_wide = freed;
+            m
+        }
     }
 
     /// [`Sim::memory`] with `freed` as the per-item array.
-    fn sweep(&self, record: bool, freed: &mut Vec<i128>) -> Meter {
+    fn sweep<F: Sum>(&self, record: bool, freed: &mut Vec<F>) -> Meter {
         let persistent = i128::from(self.g.persistent_bytes);
         let mut timeline = Vec::new();
         if record {
@@ -824,7 +854,7 @@ impl Sim<'_> {
             };
             m.apply(self.start[p], made);
             flush(&mut m, ev, &mut li, |t| t < self.end[p]);
-            m.apply(self.end[p], -out);
+            m.apply(self.end[p], -out.into());
         }
         flush(&mut m, ev, &mut li, |_| true);
         m
@@ -967,6 +997,37 @@ mod tests {
             let again = simulate_summary_in(&lay, &dev, &plan, &mut sc).unwrap();
             assert_eq!(again, sum);
         }
+    }
+
+    #[test]
+    fn narrow_and_wide_frees_sweep_alike() {
+        use crate::plan::tflms::{tflms_plan, TflmsParams};
+        use crate::synth::{graphdef, SynthKind, SynthSpec};
+        let spec = SynthSpec {
+            kind: SynthKind::Mixed,
+            blocks: 4,
+            ..SynthSpec::default()
+        };
+        let a = crate::analyze(&graphdef(&spec), &Default::default()).unwrap();
+        let dev = crate::device::preset("v100-nvlink2").unwrap();
+        let (costs, _) = crate::api::op_times(&a.graph, &dev, &[]).unwrap();
+        let params = TflmsParams {
+            threshold: 8,
+            ahead: 4,
+            groupby: 4,
+            min_bytes: 1,
+        };
+        let plan = tflms_plan(&a.graph, &a.schedule, &a.liveness, &params);
+        let lay = Layout::new(&a.graph, &a.schedule, &costs, &dev).unwrap();
+        let mut sc = Scratch::default();
+        let prep = Prep::new(lay.g, lay.s, &plan, &mut sc).unwrap();
+        let mut sim = Sim::new(&lay, &plan, &prep, &dev, &mut sc);
+        sim.run().unwrap();
+        sim.hold_swapped();
+        let narrow = sim.sweep(true, &mut Vec::<u64>::new());
+        let wide = sim.sweep(true, &mut Vec::<i128>::new());
+        assert_eq!((narrow.peak, narrow.peak_time), (wide.peak, wide.peak_time));
+        assert_eq!(narrow.timeline, wide.timeline);
     }
 
     #[test]

@@ -34,8 +34,9 @@ pub struct Layout<'a> {
     pub(super) in_buf: Vec<u32>,
     /// First buffer the op at each position makes (len N + 1).
     pub(super) buf_off: Vec<u32>,
-    /// Bytes of each buffer.
+    /// Bytes of each buffer, and of all of them.
     pub(super) buf_bytes: Vec<u64>,
+    pub(super) buf_total: u128,
     /// Buffer of every slot (NONE: none; an alias: its owner's).
     pub(super) buf: Vec<u32>,
     /// Slot of every tensor id.
@@ -100,6 +101,7 @@ impl<'a> Layout<'a> {
             in_off,
             in_buf,
             buf_off,
+            buf_total: buf_bytes.iter().map(|&b| u128::from(b)).sum(),
             buf_bytes,
             buf,
             slot,
