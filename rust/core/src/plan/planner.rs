@@ -283,25 +283,22 @@ impl<'a> Planner<'a> {
 
     fn hybrid(&self) -> Option<Planned> {
         let mut best: Option<Planned> = None;
-        let mut consider = |p: Option<Planned>| {
-            if let Some(p) = p {
-                if best
-                    .as_ref()
-                    .is_none_or(|b| p.verdict.step_time_s < b.verdict.step_time_s)
-                {
-                    best = Some(p);
-                }
-            }
-        };
-        consider(self.fit(true, true, "hybrid"));
-        consider(self.fit(false, true, "recompute"));
-        consider(self.chen());
-        for width in BLOCK_WIDTHS {
-            consider(self.blocks(width));
-        }
-        consider(self.swap().and_then(|p| self.paper(p)));
+        keep_faster(&mut best, self.fit(true, true, "hybrid"));
+        keep_faster(&mut best, self.fit(false, true, "recompute"));
+        keep_faster(&mut best, self.swap().and_then(|p| self.paper(p)));
         if self.opts.tflms.is_none() && self.ctx.g.num_nodes() <= self.opts.grid_max_nodes {
-            consider(self.tflms_tuned().and_then(|p| self.paper(p)));
+            keep_faster(&mut best, self.tflms_tuned().and_then(|p| self.paper(p)));
+        }
+        // Recompute-only plans of whole spans last: one that cannot beat
+        // the best so far is not simulated (`spans_plan`).
+        let beat =
+            |b: &Option<Planned>| b.as_ref().map_or(f64::INFINITY, |p| p.verdict.step_time_s);
+        let sqrt = sqrt_spans(self.cuts.segments.len());
+        let chen = self.spans_plan(&sqrt, "chen", beat(&best));
+        keep_faster(&mut best, chen);
+        for width in BLOCK_WIDTHS {
+            let blocks = self.blocks(width, beat(&best));
+            keep_faster(&mut best, blocks);
         }
         best.map(|mut p| {
             p.evaluations = self.evals.get();
@@ -315,20 +312,21 @@ impl<'a> Planner<'a> {
     /// the tensors at the groups' cuts are kept. Judged against the budget,
     /// never tuned to it.
     fn chen(&self) -> Option<Planned> {
-        self.spans_plan(&sqrt_spans(self.cuts.segments.len()), "chen")
+        self.spans_plan(&sqrt_spans(self.cuts.segments.len()), "chen", f64::INFINITY)
     }
 
     /// `keras.remat` around every block, chosen from the structure: spans
     /// of `width` consecutive cut segments, each recomputed from the tensor
     /// crossing the cut before it (its option freeing the most bytes).
-    /// `None` when these are Chen's spans (already judged) or nothing fits.
-    fn blocks(&self, width: usize) -> Option<Planned> {
+    /// `None` when these are Chen's spans (already judged), or the plan
+    /// does not fit or cannot be faster than `beat` seconds.
+    fn blocks(&self, width: usize, beat: f64) -> Option<Planned> {
         let m = self.cuts.segments.len();
         let spans = block_spans(m, width);
         if m < 2 || spans == sqrt_spans(m) {
             return None;
         }
-        self.spans_plan(&spans, "blocks")
+        self.spans_plan(&spans, "blocks", beat)
     }
 
     /// One recompute per span, at its option freeing the most memory over
@@ -336,8 +334,15 @@ impl<'a> Planner<'a> {
     /// simulator against the budget. The most bytes alone would favour a
     /// clone time early in the forward pass, where every tensor of the span
     /// is idle but nothing is freed for long (a label buffer read by the
-    /// loss sets such a time).
-    fn spans_plan(&self, spans: &[(usize, usize)], who: &'static str) -> Option<Planned> {
+    /// loss sets such a time). Not simulated when it cannot be faster than
+    /// `beat` seconds: the compute stream runs every op and every clone in
+    /// turn, so no plan's step is shorter than their summed op times.
+    fn spans_plan(
+        &self,
+        spans: &[(usize, usize)],
+        who: &'static str,
+        beat: f64,
+    ) -> Option<Planned> {
         let ctx = self.ctx;
         let gap_of = gap_index(ctx, &self.cands);
         let mut in_unit = vec![false; ctx.g.num_nodes()];
@@ -366,6 +371,11 @@ impl<'a> Planner<'a> {
             ..Chosen::default()
         };
         if chosen.recomputes.is_empty() {
+            return None;
+        }
+        let compute = ctx.start[ctx.s.order.len()];
+        let clones: f64 = chosen.recomputes.iter().map(|r| r.time_s.max(0.0)).sum();
+        if (compute + clones) * (1.0 - 1e-9) >= beat {
             return None;
         }
         let plan = self.to_plan(&chosen);
@@ -817,6 +827,18 @@ fn gap_index(ctx: &Ctx<'_>, cands: &[SwapCandidate]) -> Vec<u32> {
         gap_of[c.tensor as usize] = i as u32;
     }
     gap_of
+}
+
+/// Keeps the faster of `best` and `p` (ties: `best`).
+fn keep_faster(best: &mut Option<Planned>, p: Option<Planned>) {
+    if let Some(p) = p {
+        if best
+            .as_ref()
+            .is_none_or(|b| p.verdict.step_time_s < b.verdict.step_time_s)
+        {
+            *best = Some(p);
+        }
+    }
 }
 
 /// Byte-positions a recompute frees: each saved buffer's bytes times the
