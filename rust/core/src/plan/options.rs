@@ -238,10 +238,11 @@ pub struct SpanRule {
     /// on to the next (`NONE`: none).
     pub kept: u32,
     /// Only buffers whose first late reader is in the backward pass (or
-    /// later): a span is recomputed for the gradients, as `keras.remat`
-    /// does; a buffer the loss reads late in the forward pass (a label
-    /// cast) would set a clone time before the backward pass, where the
-    /// clones' outputs are held until their late reads and free nothing.
+    /// later): a whole-plan span is recomputed for the gradients, as
+    /// `keras.remat` does; a buffer the loss reads late in the forward pass
+    /// (a label cast) would set a clone time before the backward pass,
+    /// where the clones' outputs are held until their late reads and free
+    /// little.
     pub backward_only: bool,
 }
 

@@ -351,9 +351,14 @@ impl<'a> Planner<'a> {
             recomputes: spans
                 .iter()
                 .filter_map(|&span| {
+                    let span = Span {
+                        a: span.0,
+                        b: span.1,
+                        backward_only: true,
+                    };
                     span_options(
                         ctx,
-                        span.0,
+                        span.a,
                         &self.cuts,
                         span,
                         &self.cands,
@@ -800,11 +805,16 @@ fn recompute_options(ctx: &Ctx<'_>, cands: &[SwapCandidate], cuts: &Cuts) -> Vec
         for a in (0..m).step_by(width) {
             let b = (a + width).min(m);
             let id = 2 * n + k * m + a;
+            let span = Span {
+                a,
+                b,
+                backward_only: false,
+            };
             out.extend(span_options(
                 ctx,
                 id,
                 cuts,
-                (a, b),
+                span,
                 cands,
                 &gap_of,
                 &mut in_unit,
@@ -875,23 +885,39 @@ fn block_spans(m: usize, width: usize) -> Vec<(usize, usize)> {
         .collect()
 }
 
-/// Recompute options of a span of cut segments `a..b`: its recomputable
-/// ops cloned from the tensor crossing the cut before it, freeing buffers
-/// read late by the backward pass ([`SpanRule`]). The buffer crossing the
-/// cut after it is kept (a checkpoint for the next span), so spans combine.
+/// A span of cut segments `a..b`, and whether its recompute frees only
+/// buffers read late by the backward pass ([`SpanRule`]).
+#[derive(Debug, Clone, Copy)]
+struct Span {
+    a: usize,
+    b: usize,
+    backward_only: bool,
+}
+
+/// Recompute options of a span of cut segments: its recomputable ops
+/// cloned from the tensor crossing the cut before it. The buffer crossing
+/// the cut after it is kept (a checkpoint for the next span), so spans
+/// combine. The greedy's pool gets every option (a U-Net's encoder span
+/// may be recomputed for the decoder's forward reads of its skip
+/// connections); the whole-plan spans of `spans_plan` free only what the
+/// backward pass reads, as `keras.remat` does.
 fn span_options(
     ctx: &Ctx<'_>,
     id: usize,
     cuts: &Cuts,
-    (a, b): (usize, usize),
+    span: Span,
     cands: &[SwapCandidate],
     gap_of: &[u32],
     in_unit: &mut [bool],
 ) -> Vec<RecomputeOpt> {
     let rule = SpanRule {
-        kept: cuts.boundary[b - 1],
-        backward_only: true,
+        kept: cuts.boundary[span.b - 1],
+        backward_only: span.backward_only,
     };
-    let nodes: Vec<u32> = cuts.segments[a..b].iter().flatten().copied().collect();
+    let nodes: Vec<u32> = cuts.segments[span.a..span.b]
+        .iter()
+        .flatten()
+        .copied()
+        .collect();
     unit_options(ctx, id, &nodes, rule, cands, gap_of, in_unit)
 }
