@@ -960,8 +960,8 @@ impl Sim<'_> {
 mod tests {
     use super::*;
 
-    #[test]
-    fn summary_matches_the_full_simulation() {
+    /// A small mixed step, the v100 preset, its op costs and a TFLMS swap plan.
+    fn swap_case() -> (crate::Analysis, DeviceModel, Vec<f64>, Plan) {
         use crate::plan::tflms::{tflms_plan, TflmsParams};
         use crate::synth::{graphdef, SynthKind, SynthSpec};
         let spec = SynthSpec {
@@ -978,7 +978,13 @@ mod tests {
             groupby: 4,
             min_bytes: 1,
         };
-        let swapped = tflms_plan(&a.graph, &a.schedule, &a.liveness, &params);
+        let plan = tflms_plan(&a.graph, &a.schedule, &a.liveness, &params);
+        (a, dev, costs, plan)
+    }
+
+    #[test]
+    fn summary_matches_the_full_simulation() {
+        let (a, dev, costs, swapped) = swap_case();
         assert!(!swapped.swaps.is_empty());
         // One scratch through every simulation, the larger plan between two
         // smaller ones: its leftovers never change a result.
@@ -1001,23 +1007,7 @@ mod tests {
 
     #[test]
     fn narrow_and_wide_frees_sweep_alike() {
-        use crate::plan::tflms::{tflms_plan, TflmsParams};
-        use crate::synth::{graphdef, SynthKind, SynthSpec};
-        let spec = SynthSpec {
-            kind: SynthKind::Mixed,
-            blocks: 4,
-            ..SynthSpec::default()
-        };
-        let a = crate::analyze(&graphdef(&spec), &Default::default()).unwrap();
-        let dev = crate::device::preset("v100-nvlink2").unwrap();
-        let (costs, _) = crate::api::op_times(&a.graph, &dev, &[]).unwrap();
-        let params = TflmsParams {
-            threshold: 8,
-            ahead: 4,
-            groupby: 4,
-            min_bytes: 1,
-        };
-        let plan = tflms_plan(&a.graph, &a.schedule, &a.liveness, &params);
+        let (a, dev, costs, plan) = swap_case();
         let lay = Layout::new(&a.graph, &a.schedule, &costs, &dev).unwrap();
         let mut sc = Scratch::default();
         let prep = Prep::new(lay.g, lay.s, &plan, &mut sc).unwrap();
