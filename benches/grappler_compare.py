@@ -59,10 +59,19 @@ It then is the peak of the step under the same liveness rules hybridplan plans w
 the graph ran in that order. What it cannot say: transfer times and stalls (a swap-in
 that is late costs time, not memory, in this view), whether Grappler's triggers really
 delay the swap-ins that long on a GPU, TensorFlow's allocator (fragmentation, the
-``_CopyFromHostToGpu`` staging), and the predicted step time of Grappler's graph:
-hybridplan's simulator only runs on plans it made (no Python entry takes a plan).
-``hybridplan device view`` is the same view of hybridplan's own rewritten graph, to show
-how far the view agrees with hybridplan's simulator (``planned``) on a plan it can judge.
+``_CopyFromHostToGpu`` staging). ``hybridplan device view`` is the same view of
+hybridplan's own rewritten graph, to show how far the view agrees with hybridplan's
+simulator on a plan it made.
+
+**Judging the result with hybridplan's simulator.** ``grappler_plan`` turns Grappler's
+rewrite into a plan in the core's format (its swap pairs into swaps with their triggers
+and readers, its ``Recomputed/`` clones into recomputes with their triggers, chains of
+added nodes followed to the original node they wait for last), and
+``_core.simulate_plan`` simulates it on the original graph exactly as it simulates
+hybridplan's own plans: the ``simulated peak`` and ``step time`` columns, with transfers
+on the link and stalls. What the format cannot say (Grappler's swaps of its own clones'
+outputs) is left out and counted under the row; leaving a swap out keeps its tensor on
+the device, so those rows overstate Grappler's peak by at most the bytes counted.
 """
 
 from __future__ import annotations
@@ -81,6 +90,8 @@ from typing import Any
 
 # Grappler logs each pass's own time at VLOG(1) of meta_optimizer.cc; read at TF start-up.
 os.environ.setdefault("TF_CPP_VMODULE", "meta_optimizer=1")
+# ... and only if INFO lines are not filtered out (a TF_CPP_MIN_LOG_LEVEL of 1 or more would).
+os.environ["TF_CPP_MIN_LOG_LEVEL"] = "0"
 
 DEFAULT_SIZES = (10_000, 100_000)
 LEVELS = ("HEURISTICS", "SWAPPING_HEURISTICS", "RECOMPUTATION_HEURISTICS")
@@ -261,6 +272,164 @@ def grappler_counts(original: Any, out: Any) -> dict[str, int]:
     }
 
 
+# --------------------------------------------------------------------------- simulated plans
+
+
+def _add_count(skipped: dict[str, int], what: str) -> None:
+    skipped[what] = skipped.get(what, 0) + 1
+
+
+def grappler_plan(problem: dict, out: Any) -> tuple[dict, dict[str, int]]:
+    """Grappler's rewrite as a plan in the core's format (``plan/mod.rs``), so that
+    hybridplan's simulator can judge it like its own plans, and what did not fit.
+
+    An added node's *trigger* is the original node it waits for last (in hybridplan's
+    schedule), through every chain of added nodes (Grappler chains its
+    ``RecomputeTrigger`` ``NoOp``s).
+
+    - A ``swap_out_*`` / ``swap_in_*`` pair is a swap of the copied tensor with one
+      swap-in, triggered by the swap-in's trigger, read by the original nodes reading the
+      swap-in. Pairs of one tensor are one swap; the earliest original node with a control
+      edge from the swap-out is its release node.
+    - A ``Recomputed/<name>`` clone is a recompute of ``<name>`` run after its trigger
+      (its ``RecomputeTrigger``, the clones and swap-ins it reads); a clone or swap-in
+      read by a clone lists that clone's original as a clone consumer.
+    - Not expressible, counted in the second value and left out (the reader keeps
+      the original): a swap of a clone's output, a reader that hybridplan's schedule
+      puts before the trigger.
+    O(nodes + edges) of both graphs."""
+    nodes = problem["nodes"]
+    id_of = {n["name"]: i for i, n in enumerate(nodes)}
+    pos = [0] * len(nodes)
+    for p, v in enumerate(problem["order"]):
+        pos[v] = p
+    by_name = {n.name: n for n in out.node}
+    skipped: dict[str, int] = {}
+    trig_memo: dict[str, int] = {}
+
+    def trigger(name: str) -> int:
+        """The original node an added node waits for last (-1: none)."""
+        stack = [name]
+        while stack:
+            cur = stack[-1]
+            if cur in trig_memo:
+                stack.pop()
+                continue
+            preds = [_node_name(i) for i in by_name[cur].input]
+            todo = [q for q in preds if q not in id_of and q not in trig_memo]
+            if todo:
+                stack.extend(todo)
+                continue
+            cands = [id_of[q] if q in id_of else trig_memo[q] for q in preds]
+            trig_memo[cur] = max((v for v in cands if v >= 0), key=lambda v: pos[v], default=-1)
+            stack.pop()
+        return trig_memo[name]
+
+    readers: dict[str, list[int]] = collections.defaultdict(list)
+    clone_reads: dict[str, set[int]] = collections.defaultdict(set)  # added node -> clones
+    released: dict[str, list[int]] = collections.defaultdict(list)
+    for n in out.node:
+        if n.name.startswith("Recomputed/"):
+            for i in n.input:
+                if not i.startswith("^") and _node_name(i) not in id_of:
+                    clone_reads[_node_name(i)].add(id_of[n.name.removeprefix("Recomputed/")])
+        if n.name not in id_of:
+            continue
+        for i in n.input:
+            src = _node_name(i)
+            if i.startswith("^"):
+                if src.startswith("swap_out_"):
+                    released[src].append(id_of[n.name])
+            elif src not in id_of:
+                readers[src].append(id_of[n.name])
+
+    def late_readers(name: str, trig: int) -> list[int]:
+        ok = sorted({c for c in readers.get(name, []) if pos[c] > pos[trig]})
+        for _ in range(len(set(readers.get(name, []))) - len(ok)):
+            _add_count(skipped, "reader not after its trigger in hybridplan's schedule")
+        return ok
+
+    swaps: dict[int, dict] = {}
+    for n in out.node:
+        if n.op != DEVICE_COPY or not n.name.startswith("swap_in_"):
+            continue
+        s_out = by_name[_node_name(next(i for i in n.input if not i.startswith("^")))]
+        name, _, k = s_out.input[0].partition(":")
+        if name not in id_of:
+            _add_count(skipped, "swap of a clone's output")
+            continue
+        prod = id_of[name]
+        trig = trigger(n.name)
+        sw = swaps.setdefault(nodes[prod]["outputs"][int(k or 0)], {"after": prod, "ins": {}})
+        sw.setdefault("release", []).extend(released.get(s_out.name, []))
+        sw["ins"].setdefault(trig, [set(), set()])
+        sw["ins"][trig][0].update(late_readers(n.name, trig))
+        sw["ins"][trig][1].update(clone_reads.get(n.name, ()))
+    plan_swaps = []
+    for t, sw in sorted(swaps.items()):
+        seen: set[int] = set()
+        ins = []
+        seen_clones: set[int] = set()
+        for trig in sorted(sw["ins"], key=lambda v: pos[v]):
+            cons = sorted(sw["ins"][trig][0] - seen)
+            clones = sorted(sw["ins"][trig][1] - seen_clones)
+            seen |= set(cons)
+            seen_clones |= set(clones)
+            if cons or clones:
+                ins.append({"trigger": trig, "consumers": cons, "clone_consumers": clones})
+        if ins:
+            entry: dict[str, Any] = {"tensor": t, "after": sw["after"], "ins": ins}
+            late = [v for v in sw["release"] if pos[v] > pos[sw["after"]]]
+            if late:
+                entry["release"] = entry["gate"] = min(late, key=lambda v: pos[v])
+            plan_swaps.append(entry)
+
+    plan_rc = []
+    for n in out.node:
+        if not n.name.startswith("Recomputed/"):
+            continue
+        v = id_of[n.name.removeprefix("Recomputed/")]
+        trig = trigger(n.name)
+        plan_rc.append((pos[trig], pos[v], v, trig, n.name))
+    plan_rc.sort()
+    clone_of = {name: v for _, _, v, _, name in plan_rc}
+    clone_readers = {name: clone_reads.get(name, set()) for name in clone_of}
+    recomputes = []
+    for _, _, v, trig, name in plan_rc:
+        cons = late_readers(name, trig)
+        if cons or clone_readers[name]:
+            recomputes.append(
+                {
+                    "nodes": [v],
+                    "trigger": trig,
+                    "consumers": cons,
+                    "clone_consumers": sorted(clone_readers[name]),
+                }
+            )
+    return {"swaps": plan_swaps, "recomputes": recomputes}, skipped
+
+
+def simulated(hybridplan: Any, data: bytes, problem: dict, out: Any, budget: int) -> dict:
+    """Grappler's rewrite judged by hybridplan's simulator (``_core.simulate_plan``):
+    the planned peak and step time, or what went wrong."""
+    from hybridplan import _core
+
+    plan, skipped = grappler_plan(problem, out)
+    res: dict[str, Any] = {
+        "skipped": skipped,
+        "swaps": len(plan["swaps"]),
+        "recomputes": len(plan["recomputes"]),
+    }
+    try:
+        core = _core.simulate_plan(data, json.dumps(plan), budget, "grappler", device=DEVICE)
+    except Exception as e:  # report what the simulator said instead of failing the bench
+        res["error"] = f"{type(e).__name__}: {str(e)[:160]}"
+        return res
+    planned = json.loads(core.report_json)["planned"]
+    res.update(peak=planned["peak_bytes"], step_s=planned["step_time_s"])
+    return res
+
+
 # --------------------------------------------------------------------------- device view
 
 
@@ -421,6 +590,9 @@ def bench_size(nodes: int, kind: str, levels: list[str], repeat: int, g_repeat: 
         "view_peak": hp_view_peak,
     }
 
+    from hybridplan import _core
+
+    problem = json.loads(_core.export_problem(data, min_bytes=1))
     t_prep, mg = _timed(grappler_metagraph, gd)
     grappler = {}
     for level in levels:
@@ -434,6 +606,7 @@ def bench_size(nodes: int, kind: str, levels: list[str], repeat: int, g_repeat: 
                     "wall_s": wall,
                     "pass_s": pass_s,
                     "view_peak": analysed_peak(hybridplan, gd, out, host, dev, analysis.loss),
+                    "simulated": simulated(hybridplan, data, problem, out, budget),
                     "out_nodes": len(out.node),
                     **grappler_counts(gd, out),
                 }
@@ -441,7 +614,11 @@ def bench_size(nodes: int, kind: str, levels: list[str], repeat: int, g_repeat: 
             del out
         grappler[level] = {
             "wall_s": statistics.median(r["wall_s"] for r in runs),
-            "pass_s": statistics.median(r["pass_s"] or 0.0 for r in runs),
+            "pass_s": (
+                statistics.median(r["pass_s"] for r in runs)
+                if all(r["pass_s"] is not None for r in runs)
+                else None
+            ),
             "runs": runs,
             "counts": runs[-1],
         }
@@ -488,6 +665,23 @@ def _peaks(runs: list[dict]) -> str:
     return _gib(lo) if lo == hi else f"{_gib(lo)}-{_gib(hi)}"
 
 
+def _opt_s(x: float | None) -> str:
+    return "-" if x is None else _s(x)
+
+
+def _ratio(x: float | None, base: float) -> str:
+    return "-" if x is None else f"{x / base:,.1f}x"
+
+
+def _sim(sims: list[dict], key: str) -> str:
+    vals = [x[key] for x in sims if key in x]
+    if not vals:
+        return "-"
+    fmt = _gib if key == "peak" else (lambda v: f"{v:.4g}")
+    lo, hi = min(vals), max(vals)
+    return fmt(lo) if lo == hi else f"{fmt(lo)}-{fmt(hi)}"
+
+
 def tables(rows: list[dict]) -> str:
     out = [
         "Times (medians; runs: hybridplan / Grappler):",
@@ -506,9 +700,9 @@ def tables(rows: list[dict]) -> str:
         for level, g in r["grappler"].items():
             out.append(
                 f"| {r['name']} | {n:,} | Grappler {level} | {r['grappler_repeat']} "
-                f"| {_s(g['wall_s'])} | {_us_node(g['wall_s'], n)} | {_s(g['pass_s'])} "
+                f"| {_s(g['wall_s'])} | {_us_node(g['wall_s'], n)} | {_opt_s(g['pass_s'])} "
                 f"| {g['wall_s'] / hp['core_s']:,.1f}x | {g['wall_s'] / hp['apply_s']:,.1f}x "
-                f"| {g['pass_s'] / hp['core_s']:,.1f}x |"
+                f"| {_ratio(g['pass_s'], hp['core_s'])} |"
             )
     out += [
         "",
@@ -520,7 +714,7 @@ def tables(rows: list[dict]) -> str:
         "(device view; see the docstring):",
         "",
         "| graph | method | swap pairs (tensors) | GiB swapped | recomputed nodes "
-        "| AddN rewritten | nodes after | analysed peak | planned peak | step time (s) |",
+        "| AddN rewritten | nodes after | analysed peak | simulated peak | step time (s) |",
         "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
@@ -544,12 +738,25 @@ def tables(rows: list[dict]) -> str:
             runs = g["runs"]
             gib = [x["swapped_bytes"] for x in runs]
             gib_s = _gib(min(gib)) + ("" if min(gib) == max(gib) else f"-{_gib(max(gib))}")
+            sims = [x.get("simulated", {}) for x in runs]
             out.append(
                 f"| {r['name']} | Grappler {level} | {_spread(runs, 'swap_out')} "
                 f"({_spread(runs, 'swapped_tensors')}) | {gib_s} | {_spread(runs, 'recomputed')} "
                 f"| {_spread(runs, 'addn_rewritten')} | {_spread(runs, 'out_nodes')} "
-                f"| {_peaks(runs)} | - | - |"
+                f"| {_peaks(runs)} | {_sim(sims, 'peak')} | {_sim(sims, 'step_s')} |"
             )
+            left = collections.Counter()
+            for x in sims:
+                left.update(x.get("skipped", {}))
+            for x in sims:
+                if "error" in x:
+                    left[f"not simulated: {x['error']}"] += 1
+            if left:
+                out.append(
+                    "| | (left out of the simulated plan, over the runs: "
+                    + "; ".join(f"{k}: {v}" for k, v in sorted(left.items()))
+                    + ") | | | | | | | | |"
+                )
             if any(x["swapped_clone_tensors"] for x in runs):
                 out.append(
                     f"| | (of which recomputed clones: "
@@ -560,8 +767,9 @@ def tables(rows: list[dict]) -> str:
         "Swap pairs: one per swapped consumer input (Grappler) or per swap-in (hybridplan); "
         "in brackets the distinct tensors swapped; GiB swapped: their total size. "
         "A range means Grappler's runs differed. "
-        "Step time: hybridplan's cost model (original, and its plan); it has none for "
-        "Grappler's graph.",
+        "Simulated peak and step time: hybridplan's simulator on the original graph with the "
+        "plan (hybridplan's own; Grappler's rewrite turned into the same plan format, "
+        "`grappler_plan`), the `v100-nvlink2` preset.",
     ]
     return "\n".join(out)
 

@@ -62,7 +62,18 @@ def test_grappler_compare_quick(tmp_path):
         "RECOMPUTATION_HEURISTICS",
     }
     # Grappler's recomputation pass inserts clones under its own prefix.
-    assert row["grappler"]["RECOMPUTATION_HEURISTICS"]["counts"]["recomputed"] > 0
+    rc = row["grappler"]["RECOMPUTATION_HEURISTICS"]["counts"]
+    assert rc["recomputed"] > 0
+    # Its rewrites, as plans, went through hybridplan's simulator: every clone became a
+    # recompute, every distinct swapped tensor a swap, and no plan predicts a step
+    # faster than the unplanned one.
+    assert rc["simulated"]["recomputes"] == rc["recomputed"]
+    sw = row["grappler"]["SWAPPING_HEURISTICS"]["counts"]
+    assert sw["simulated"]["swaps"] == sw["swapped_tensors"] > 0
+    for level in row["grappler"].values():
+        sim = level["counts"]["simulated"]
+        assert "error" not in sim, sim
+        assert sim["peak"] > 0 and sim["step_s"] >= hp["original_step_s"] * (1 - 1e-9)
 
 
 # ---------------------------------------------------------------------------
