@@ -179,6 +179,15 @@ def test_attribution_rules_on_hand_made_stats():
     assert prof.coverage == pytest.approx(5 / 6)
     assert set(prof.unmapped) == {"_SOURCE"}
     assert prof.measured == {idx["x"], idx["r"], idx["out"]}
+    # Calibrated: the 2 ms step less the node times, spread over the four kernels that ran
+    # (x, the fused r, out, and the ShapeN's folded Const); absorbed and removed get none.
+    assert prof.dispatched == {idx["x"], idx["r"], idx["out"], idx["sh"]}
+    outside = 0.002 - prof.serial_time
+    assert prof.outside_time == pytest.approx(outside)
+    cal = prof.calibrated_times
+    assert sum(cal.values()) == pytest.approx(prof.step_time)
+    for v, t in prof.times.items():
+        assert cal[v] == pytest.approx(t + (outside / 4 if v in prof.dispatched else 0.0))
 
 
 def test_executed_names_map_back_to_graphdef_nodes():

@@ -126,6 +126,9 @@ class Profile:
         unmapped: ``{executed node name: median seconds}`` of nodes with no GraphDef
             counterpart (the runtime's ``_SOURCE``, ``_Arg``, ``_Retval``, the copied
             variables...).
+        dispatched: GraphDef indices of the nodes that ran as a kernel of their own
+            (under their own name, or as the fused kernel named after them); the nodes a
+            fused kernel absorbed are not in it.
     """
 
     times: dict[int, float]
@@ -140,11 +143,33 @@ class Profile:
     kernels: dict[int, str] = field(default_factory=dict)
     removed: frozenset[int] = frozenset()
     unmapped: dict[str, float] = field(default_factory=dict)
+    dispatched: frozenset[int] = frozenset()
 
     @property
     def serial_time(self) -> float:
         """Sum of :attr:`times`: the step time of one serial compute stream."""
         return math.fsum(self.times.values())
+
+    @property
+    def outside_time(self) -> float:
+        """Seconds of an untraced step that no GraphDef node's time covers:
+        :attr:`step_time` minus :attr:`serial_time` (0 if negative). The executor's
+        dispatch between nodes, ``Session.run``, feeding and fetching, the runtime's own
+        nodes; on a graph of many small ops it is a large part of the step
+        (``docs/accuracy.md``, finding 9)."""
+        return max(0.0, self.step_time - self.serial_time)
+
+    @property
+    def calibrated_times(self) -> dict[int, float]:
+        """:attr:`times` with :attr:`outside_time` spread evenly over the
+        :attr:`dispatched` nodes (a per-kernel dispatch cost), so that they add up to
+        :attr:`step_time`. What to pass as ``plan(..., profile=...)`` when the predicted
+        step time should be this machine's wall time rather than the time the kernels
+        run: a clone then also pays a kernel's dispatch. Fitted on this graph's own
+        steps, so on the profiled graph the prediction equals the measurement by
+        construction; on a rewritten graph (clones, copies) it is a prediction."""
+        extra = self.outside_time / len(self.dispatched) if self.dispatched else 0.0
+        return {v: t + (extra if v in self.dispatched else 0.0) for v, t in self.times.items()}
 
     @property
     def traced_span(self) -> float:
@@ -415,6 +440,7 @@ def _profile_from_stats(source: Any, stats: list[Any], wall: list[float]) -> Pro
         kernels=kernels,
         removed=removed,
         unmapped={k: statistics.median(v) for k, v in sorted(unmapped_lists.items())},
+        dispatched=frozenset(ran),
     )
 
 
