@@ -209,23 +209,43 @@ def test_inserted_nodes_and_input_untouched(case, kind):
     new, summary = out.graph_def, out.summary
     n_in = sum(len(s["ins"]) for s in plan["swaps"])
     n_clones = sum(len(r["nodes"]) for r in plan["recomputes"])
-    assert summary.counts == {"swap_out": len(plan["swaps"]), "swap_in": n_in, "clones": n_clones}
+    counts = summary.counts
+    assert counts["swap_out"] == len(plan["swaps"]) and counts["swap_in"] == n_in
+    assert counts["clones"] == n_clones
+    assert counts["gates"] == len(summary.gates) and counts["keepers"] == len(summary.keepers)
     assert len(new.node) == len(gd.node) + len(summary.inserted)
     assert new.versions == gd.versions and new.library == gd.library
     by_name = {n.name: n for n in new.node[len(gd.node) :]}
     assert sorted(by_name) == sorted(summary.inserted)
     for name, node in by_name.items():
-        assert node.attr[DO_NOT_REMOVE].b, name
+        # Clones may be fused like their originals (they are kept distinct by reading
+        # gates); every other inserted node must survive Grappler as it is.
+        assert node.attr[DO_NOT_REMOVE].b or name in summary.clones, name
         assert node.attr["T"].type == types_pb2.DT_FLOAT
         assert len(node.attr["_output_shapes"].list.shape) >= 1
     for name in summary.swap_out:
         assert (by_name[name].op, by_name[name].device) == ("DeepCopy", "/device:CPU:1")
     for name in (*summary.swap_in, *summary.clones):
         assert by_name[name].device == "/device:CPU:0"
+    triggers = {gd.node[r["trigger"]].name for r in plan["recomputes"]}
+    for name in summary.gates:  # Identity(tensor, ^trigger[, ^keepers])
+        gate = by_name[name]
+        assert gate.op == "Identity" and not gate.input[0].startswith("^"), gate
+        assert gate.input[1].startswith("^") and gate.input[1][1:] in triggers
+        assert all(i[1:] in summary.keepers for i in gate.input[2:])
+    late = set(summary.gates) | set(summary.clones)
     for name in summary.clones:
+        clone = by_name[name]
         original = gd.node[case.structure.idx[summary.clone_of[name]]]
-        assert by_name[name].op == original.op
-        assert by_name[name].input[-1].startswith("^"), "a clone needs its own control input"
+        assert clone.op == original.op
+        # Held back until its trigger: through a gate or another clone, or by a control
+        # input of its own when it reads neither.
+        data = [i.split(":")[0] for i in clone.input if not i.startswith("^")]
+        assert any(d in late for d in data) or clone.input[-1][1:] in triggers, name
+    for name in summary.keepers:  # read an original tensor, wait-for edge into an inserted node
+        keeper = by_name[name]
+        assert keeper.op == "Identity" and keeper.input[0].split(":")[0] in case.structure.idx
+        assert any(f"^{name}" in n.input for n in by_name.values())
     untouched = set(range(len(gd.node))) - _touched(plan)
     for i in sorted(untouched)[::7]:
         assert new.node[i] == gd.node[i]
@@ -412,5 +432,11 @@ def test_python_cost_follows_the_plan_not_the_graph():
     t0 = time.perf_counter()
     out = rewrite_with_summary(big, plan, target="cpu-emulation")
     rewrite_s = time.perf_counter() - t0
-    assert out.summary.counts == {"swap_out": 1, "swap_in": 1, "clones": 0}
+    assert out.summary.counts == {
+        "swap_out": 1,
+        "swap_in": 1,
+        "clones": 0,
+        "gates": 0,
+        "keepers": 0,
+    }
     assert rewrite_s < 10 * copy_s + 0.05, (rewrite_s, copy_s)

@@ -21,6 +21,72 @@ def test_measured_peak_within_budget_and_below_60_percent():
     assert t.peak_ratio < 0.6, t.peak_ratio
 
 
+def _swish_cnn():
+    """Four convolution -> batch norm -> swish blocks: Grappler's remapper fuses a swish
+    (``Sigmoid`` -> ``Mul``) into one kernel only when the ``Sigmoid``'s output has a
+    single reader, and the fused kernel rounds differently."""
+    import keras
+    import tensorflow as tf
+
+    keras.utils.set_random_seed(0)
+    layers = keras.layers
+    inp = keras.Input((32, 32, 3))
+    h = inp
+    for filters in (8, 16, 16, 32):
+        h = layers.Conv2D(filters, 3, padding="same", use_bias=False)(h)
+        h = layers.Activation("swish")(layers.BatchNormalization()(h))
+    out = layers.Dense(10)(layers.GlobalAveragePooling2D()(h))
+    x, y = tf.TensorSpec([4, 32, 32, 3]), tf.TensorSpec([4], tf.int32)
+    return models.from_keras(keras.Model(inp, out), x, y, 10)
+
+
+def test_recomputed_swish_stays_bit_identical():
+    """Before gates and keepers (rewriting.py), a recompute moved the backward read of
+    each ``Sigmoid`` to its clone: the original then had one reader and was fused, the
+    clone (a control input of its own, protected from Grappler) was not, and the losses
+    changed."""
+    t = trial(_swish_cnn(), fraction=0.9, strategy="recompute")
+    assert t.inserted["clones"] > 0 and t.inserted["keepers"] > 0
+    assert t.same_losses and t.same_weights
+
+
+def test_rewrite_needs_no_graph_search_when_the_plan_says_what_clones_read():
+    """The core's plan lists each recompute's outside inputs and its outputs' readers;
+    without them the rewrite finds both in the graph, to the same result."""
+    from hybridplan.analysis import analyze
+    from hybridplan.planning import plan
+    from hybridplan.rewriting import rewrite
+
+    traced = _swish_cnn().trace()
+    a = analyze(traced)
+    budget = a.persistent_bytes + int(a.activation_peak_bytes * 0.9)
+    spec = plan(traced, budget, strategy="recompute", device="cpu").rewrite_spec()
+    assert spec["recomputes"] and all(r["inputs"] and r["readers"] for r in spec["recomputes"])
+    bare = {
+        **spec,
+        "recomputes": [{**r, "inputs": None, "readers": None} for r in spec["recomputes"]],
+    }
+    with_info = rewrite(traced.graph_def, spec, target="cpu-emulation")
+    found = rewrite(traced.graph_def, bare, target="cpu-emulation")
+    assert with_info.SerializeToString(deterministic=True) == found.SerializeToString(
+        deterministic=True
+    )
+
+
+@pytest.mark.slow
+def test_a_keras_application_recomputed_stays_bit_identical():
+    """EfficientNetB0 with 200 clones: the same fusion question on a real model."""
+    import keras
+    import tensorflow as tf
+
+    keras.utils.set_random_seed(0)
+    net = keras.applications.EfficientNetB0(weights=None, input_shape=(64, 64, 3), classes=10)
+    x, y = tf.TensorSpec([2, 64, 64, 3]), tf.TensorSpec([2], tf.int32)
+    t = trial(models.from_keras(net, x, y, 10), fraction=0.85, strategy="recompute")
+    assert t.inserted["clones"] >= 100
+    assert t.same_losses and t.same_weights
+
+
 @pytest.mark.slow
 def test_pooling_gradients_keep_their_forward_op():
     """A 3D U-Net planned at half its activation peak swaps many tensors; a

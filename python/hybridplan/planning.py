@@ -263,6 +263,11 @@ class Plan:
                     "trigger": r["trigger"],
                     "consumers": r["consumers"],
                     "clone_consumers": r["clone_consumers"],
+                    # What the rewrite gates and how many readers each cloned output
+                    # had (absent from plans saved before: the rewrite then finds both
+                    # in the graph).
+                    "inputs": r.get("inputs"),
+                    "readers": r.get("readers"),
                 }
                 for r in self.recomputes
             ],

@@ -23,18 +23,30 @@ What is inserted (semantics of ``rust/core/src/plan.rs``):
 - **Recompute.** Every node of ``nodes`` is cloned as ``<prefix>/recompute/<r>/<name>``
   (same op, attributes and device). A clone's input made inside the set reads the
   clone; one made outside reads the original tensor, unless a swap-in or an earlier
-  recompute lists this node in its ``clone_consumers``. Every clone gets a control input
-  from ``trigger``: it makes the clone late, and a node with a control input of its own
-  is never merged back into its original by common-subexpression elimination. Control
-  inputs of an original are kept: one from inside the set is redirected to that clone;
-  one from outside points at a node that already ran before the original did, so it
-  delays nothing and only keeps side-effect ordering (automatic control dependencies)
-  intact. The data inputs of the nodes in ``consumers`` made by the set are rewired to
-  the clones.
+  recompute lists this node in its ``clone_consumers``, and reads it through a *gate*
+  ``<prefix>/gate/<g>``: an ``Identity`` of it with a control input from ``trigger``,
+  one per tensor and trigger (constants, fed inputs and variable reads are read
+  directly). The gates make the clones late and keep them apart from their originals
+  (common-subexpression elimination merges only equal inputs), and leave the clones
+  without control edges or protection, so that Grappler's remapper fuses them as it
+  fuses the originals (a fused kernel rounds differently). A clone that reads no gate
+  and no other clone gets the control input from ``trigger`` itself. Control inputs of
+  an original are kept: one from inside the set is redirected to that clone; one from
+  outside points at a node that already ran before the original did, so it delays
+  nothing and only keeps side-effect ordering (automatic control dependencies) intact.
+  The data inputs of the nodes in ``consumers`` made by the set are rewired to the
+  clones.
+- **Keepers.** An output of a cloned node that lost readers to the clones gets
+  ``<prefix>/keep/<j>`` nodes (``Identity`` of it, waited for by a gate of its
+  recompute) until it has ``min(readers before, 2)`` again: the remapper fuses an op
+  into its consumer only when its output has one reader, and the rewritten step must
+  fuse (and round) as the original does. A recompute's ``inputs`` (``[producer,
+  output]``) and ``readers`` (``[node, output, reads]``), which the core writes, say
+  what the gates and keepers need; without them one pass over the graph finds it.
 
-Every inserted node carries ``T``, ``_output_shapes`` (copied from its source) and
-``_grappler_do_not_remove = true``: without it Grappler deletes the swap nodes
-(dependency optimizer, model pruning) and may fuse a clone away under another name.
+Every inserted node carries ``T``, ``_output_shapes`` (copied from its source) and, but
+the clones, ``_grappler_do_not_remove = true``: without it Grappler deletes the swap
+nodes and gates (dependency optimizer, model pruning).
 
 Targets (swap op, device, host):
 
@@ -114,6 +126,11 @@ class RewriteSummary:
         clones: recompute clone names, in plan order.
         clone_of: original node name of every clone.
         rewired: number of input slots rewired (consumers and clone inputs).
+        gates: ``Identity`` nodes holding clones back until their trigger: one per
+            tensor read from outside a recompute and trigger.
+        keepers: ``Identity`` nodes that read an original tensor whose readers moved to
+            a clone or swap-in, so that it keeps as many readers as Grappler's fusion
+            rules look at (see ``_Writer.keep_fanouts``).
     """
 
     target: str
@@ -124,11 +141,13 @@ class RewriteSummary:
     clones: tuple[str, ...] = ()
     clone_of: Mapping[str, str] = field(default_factory=dict)
     rewired: int = 0
+    gates: tuple[str, ...] = ()
+    keepers: tuple[str, ...] = ()
 
     @property
     def inserted(self) -> tuple[str, ...]:
-        """Every inserted node name: swap-outs, swap-ins, clones."""
-        return self.swap_out + self.swap_in + self.clones
+        """Every inserted node name: swap-outs, swap-ins, clones, gates, keepers."""
+        return self.swap_out + self.swap_in + self.clones + self.gates + self.keepers
 
     @property
     def counts(self) -> dict[str, int]:
@@ -137,6 +156,8 @@ class RewriteSummary:
             "swap_out": len(self.swap_out),
             "swap_in": len(self.swap_in),
             "clones": len(self.clones),
+            "gates": len(self.gates),
+            "keepers": len(self.keepers),
         }
 
 
@@ -215,6 +236,7 @@ def rewrite_with_summary(
     for r, rec in enumerate(plan.get("recomputes", ())):
         writer.recompute(r, rec)
     writer.check_redirects_used()
+    writer.keep_fanouts()
     return Rewritten(writer.out, writer.summary())
 
 
@@ -268,6 +290,21 @@ def _output_dtypes(node: Any) -> list[int]:
     return out
 
 
+#: Producers whose outputs clones read directly, not through a gate (see ``gated``).
+_UNGATED_OPS = frozenset({"Const", "HostConst", "ReadVariableOp", "Placeholder"})
+
+
+def _readers(nodes: Any) -> dict[str, int]:
+    """Number of data inputs reading each tensor (``name`` or ``name:k``) among ``nodes``."""
+    out: dict[str, int] = {}
+    for node in nodes:
+        for text in node.input:
+            if not text.startswith("^"):
+                key = _tensor(*_parse_input(text))
+                out[key] = out.get(key, 0) + 1
+    return out
+
+
 # --------------------------------------------------------------------------- the writer
 
 
@@ -285,7 +322,23 @@ class _Writer:
         self.swap_out: list[str] = []
         self.swap_in: list[str] = []
         self.clones: list[str] = []
+        self.gates: list[str] = []
+        self.gate_of: dict[tuple[str, str], str] = {}
+        self.keepers: list[str] = []
+        # Inserted node name -> its NodeDef; original tensor -> an inserted node that took
+        # over its readers and may wait for a keeper (see keep_fanouts).
+        self.added: dict[str, Any] = {}
+        self.taker: dict[str, str] = {}
         self.clone_of: dict[str, str] = {}
+        # Recompute bookkeeping for gates and keepers (see gate, keep_fanouts):
+        # tensor -> its producer (node, output); tensor -> (node, output, reads before);
+        # data reads each tensor lost to rewiring and gained from inserted nodes.
+        self.producer: dict[str, tuple[int, int]] = {}
+        self.reads_before: dict[str, tuple[int, int, int]] = {}
+        self.lost: dict[str, int] = {}
+        self.gained: dict[str, int] = {}
+        self._index_of: dict[str, int] | None = None
+        self._counts: dict[str, int] | None = None
         self.rewired = 0
         # Original node index -> {tensor read by its clone -> replacement tensor}.
         self.redirect: dict[int, dict[str, str]] = {}
@@ -300,6 +353,8 @@ class _Writer:
             swap_out=tuple(self.swap_out),
             swap_in=tuple(self.swap_in),
             clones=tuple(self.clones),
+            gates=tuple(self.gates),
+            keepers=tuple(self.keepers),
             clone_of=dict(self.clone_of),
             rewired=self.rewired,
         )
@@ -373,11 +428,15 @@ class _Writer:
         source: str,
         control: Sequence[str],
         tensor: tuple[int, int, int],
-    ) -> None:
-        """Appends a copy node of ``source``; ``tensor`` is (producer, output, dtype) of
-        the swapped tensor, whose ``_output_shapes`` entry the copy gets."""
+    ) -> Any:
+        """Appends (and returns) a copy node of ``source``; ``tensor`` is (producer,
+        output, dtype) of the copied tensor, whose ``_output_shapes`` entry it gets."""
         p, k, dtype = tensor
         node = self.out.node.add()
+        self.added[name] = node
+        if _parse_input(source)[0] not in self.added:  # reads an original tensor
+            key = _tensor(*_parse_input(source))
+            self.gained[key] = self.gained.get(key, 0) + 1
         node.name, node.op, node.device = name, op, device
         node.input.append(source)
         node.input.extend(f"^{c}" for c in control)
@@ -386,6 +445,7 @@ class _Writer:
         shapes = self.src.node[p].attr.get("_output_shapes")
         if shapes is not None and k < len(shapes.list.shape):
             node.attr["_output_shapes"].list.shape.add().CopyFrom(shapes.list.shape[k])
+        return node
 
     # ------------------------------------------------------------------ rewiring
 
@@ -400,6 +460,7 @@ class _Writer:
             if key in mapping:
                 node.input[slot] = mapping[key]
                 hits += 1
+                self.lost[key] = self.lost.get(key, 0) + 1
         if hits == 0:
             raise InvalidArgumentError(
                 f"{where}: consumer {node.name!r} (index {c}) reads none of "
@@ -435,11 +496,15 @@ class _Writer:
         outputs: dict[str, str] = {}
         for v in nodes:
             self.check_clonable(v, where)
+        self.learn(rec, nodes)
+        gates: list[str] = []
         for v in nodes:
-            self.add_clone(v, clone_name, trigger)
+            self.add_clone(v, clone_name, trigger, gates)
             original = self.name(v)
             for k in range(len(_output_dtypes(self.src.node[v]))):
                 outputs[_tensor(original, k)] = _tensor(clone_name[original], k)
+        for key in outputs:
+            self.taker.setdefault(key, gates[0] if gates else clone_name[self.name(nodes[0])])
         for c in rec.get("consumers", ()):
             self.rewire(self.index(c, f"{where}.consumers"), outputs, where)
         for c in rec.get("clone_consumers", ()):
@@ -458,11 +523,18 @@ class _Writer:
                 "recomputed"
             )
 
-    def add_clone(self, v: int, clone_name: Mapping[str, str], trigger: str) -> None:
+    def add_clone(
+        self, v: int, clone_name: Mapping[str, str], trigger: str, gates: list[str]
+    ) -> None:
+        """Appends the clone of node ``v``. Its inputs from outside the recompute read
+        them through gates (appended to ``gates``); a clone with no gated and no cloned
+        input waits for the trigger by a control input of its own."""
         original = self.src.node[v]
         clone = self.out.node.add()
         clone.CopyFrom(original)
         clone.name = clone_name[original.name]
+        if self.spec.pin_consumers and not clone.device:
+            clone.device = self.device
         redirect = self.redirect.get(v, {})
         if redirect:
             self.redirect_used.add(v)
@@ -477,11 +549,95 @@ class _Writer:
                 clone.input.append(_tensor(clone_name[name], k))
             else:
                 key = _tensor(name, k)
-                clone.input.append(redirect.get(key, text))
                 self.rewired += key in redirect
-        clone.input.append(f"^{trigger}")
-        clone.attr[DO_NOT_REMOVE].b = True
-        if self.spec.pin_consumers and not clone.device:
-            clone.device = self.device
+                source = redirect.get(key, text)
+                if key in redirect or self.gated(key):
+                    gate = self.gate(source, key, trigger, clone.device)
+                    gates.append(gate)
+                    source = gate
+                clone.input.append(source)
+        late = set(gates) | set(clone_name.values())
+        if not any(_parse_input(i)[0] in late for i in clone.input if not i.startswith("^")):
+            clone.input.append(f"^{trigger}")
+            clone.attr[DO_NOT_REMOVE].b = True
         self.clones.append(clone.name)
         self.clone_of[clone.name] = original.name
+        self.added[clone.name] = clone
+
+    def learn(self, rec: Mapping[str, Any], nodes: list[int]) -> None:
+        """Records the producers of what the clones read from outside and the reads of
+        the cloned nodes' outputs: from the plan (``inputs``, ``readers``: the core
+        writes both) in O(plan), else by one pass over the graph, O(nodes + edges)."""
+        inputs, readers = rec.get("inputs"), rec.get("readers")
+        if inputs is None or readers is None:
+            index = self.index_of()
+            inside = {self.name(v) for v in nodes}
+            if self._counts is None:
+                self._counts = _readers(self.src.node[: self.n])
+            inputs, counts = [], self._counts
+            for v in nodes:
+                for text in self.src.node[v].input:
+                    name, k = _parse_input(text)
+                    if not text.startswith("^") and name not in inside:
+                        inputs.append((index[name], k))
+            readers = [
+                (v, k, counts.get(_tensor(self.name(v), k), 0))
+                for v in nodes
+                for k in range(len(_output_dtypes(self.src.node[v])))
+            ]
+        for p, k in inputs:
+            self.producer[_tensor(self.name(p), k)] = (p, k)
+        for v, k, n in readers:
+            self.reads_before.setdefault(_tensor(self.name(v), k), (v, k, n))
+
+    def index_of(self) -> dict[str, int]:
+        """Node name -> index, built once, only for plans that do not carry what
+        ``learn`` needs."""
+        if self._index_of is None:
+            self._index_of = {n.name: i for i, n in enumerate(self.src.node[: self.n])}
+        return self._index_of
+
+    def gated(self, key: str) -> bool:
+        """Whether clones read tensor ``key`` through a gate: every producer but a
+        source (a ``Const``, anything without data inputs) and a variable read, which
+        must stay visible as such (constant folding, shape inference) and are ready from
+        the step's start anyway."""
+        node = self.src.node[self.producer[key][0]]
+        if node.op in _UNGATED_OPS:
+            return False
+        return any(not i.startswith("^") for i in node.input)
+
+    def gate(self, source: str, key: str, trigger: str, device: str) -> str:
+        """The gate of ``source`` for clones run after ``trigger``: an ``Identity`` of it
+        with a control input from the trigger, made once per source and trigger (two
+        equal gates would be merged by TensorFlow's CSE). ``key``: the original tensor
+        that ``source`` stands for (itself, or the one a swap-in or clone replaces)."""
+        if (source, trigger) not in self.gate_of:
+            name = f"{self.prefix}/gate/{len(self.gates)}"
+            p, k = self.producer[key]
+            dtype = _output_dtypes(self.src.node[p])[k]
+            self.add_copy(name, "Identity", device, source, [trigger], (p, k, dtype))
+            self.gates.append(name)
+            self.gate_of[(source, trigger)] = name
+        return self.gate_of[(source, trigger)]
+
+    def keep_fanouts(self) -> None:
+        """Gives every original tensor that lost data readers to the rewrite at least
+        ``min(readers before, 2)`` of them again, adding keepers: an ``Identity`` that
+        reads it and is read by nothing. Grappler's remapper fuses an op into its
+        consumer only when its output has a single reader; a tensor read by a forward
+        op and a backward op whose backward read moved to a clone would otherwise get
+        fused in the rewritten step and not in the original, and round differently.
+        Only outputs of cloned nodes can lose readers this way: a swapped tensor keeps
+        its swap-out as a reader, which nothing fuses with. O(cloned outputs)."""
+        for key, (p, k, n) in self.reads_before.items():
+            after = n - self.lost.get(key, 0) + self.gained.get(key, 0)
+            for _ in range(min(n, 2) - after):
+                keeper = f"{self.prefix}/keep/{len(self.keepers)}"
+                dtype = _output_dtypes(self.src.node[p])[k]
+                device = self.src.node[p].device
+                self.add_copy(keeper, "Identity", device, key, [], (p, k, dtype))
+                self.keepers.append(keeper)
+                # Without a path to the fetches the Session would prune it; the node that
+                # took over the readers runs later anyway, so waiting costs nothing.
+                self.added[self.taker[key]].input.append(f"^{keeper}")

@@ -53,7 +53,8 @@ class NodeStatus:
 
     Attributes:
         name: the node's name in the rewritten GraphDef.
-        kind: ``"swap_out"``, ``"swap_in"``, ``"clone"`` or ``"node"`` (given by name only).
+        kind: ``"swap_out"``, ``"swap_in"``, ``"clone"``, ``"gate"``, ``"keeper"`` or
+            ``"node"`` (given by name only).
         status: ``"present"``, ``"absorbed"`` or ``"missing"``.
         executed_name: its name in the executed graph (import scope included), or None.
         op: the op it runs as (oneDNN renames some, e.g. ``_MklNativeMaxPool``), or None.
@@ -202,8 +203,9 @@ def verify_run_metadata(
     if not report.ok and on_missing != "ignore":
         message = (
             f"TensorFlow did not keep the planned swap/recompute nodes: {report.describe()}. "
-            "Nodes need attr _grappler_do_not_remove=true and clones a control input of "
-            "their own (hybridplan.rewrite does both); was the GraphDef rewritten again?"
+            "Swap nodes, gates and keepers need attr _grappler_do_not_remove=true and "
+            "clones inputs of their own (a gate, another clone or a control input; "
+            "hybridplan.rewrite does all of it); was the GraphDef rewritten again?"
         )
         if on_missing == "raise":
             raise NodesRemovedError(message, report)
@@ -240,6 +242,8 @@ def _expected(expected: Any) -> tuple[dict[str, str], Mapping[str, str]]:
         kinds = {n: "swap_out" for n in expected.swap_out}
         kinds.update((n, "swap_in") for n in expected.swap_in)
         kinds.update((n, "clone") for n in expected.clones)
+        kinds.update((n, "gate") for n in getattr(expected, "gates", ()))
+        kinds.update((n, "keeper") for n in getattr(expected, "keepers", ()))
         return kinds, dict(expected.clone_of)
     if isinstance(expected, str) or not isinstance(expected, Iterable):
         raise InvalidArgumentError(

@@ -5,6 +5,7 @@
 //! The sum of the phases': O(bytes + E log E + N log N) plus the planner's
 //! bounded rounds of simulation.
 
+use rustc_hash::FxHashSet;
 use serde::{Deserialize, Serialize};
 
 use crate::build::BuildOptions;
@@ -78,6 +79,16 @@ pub struct RecomputeDecision {
     pub consumers: Vec<u32>,
     pub clone_consumers: Vec<u32>,
     pub reason: String,
+    /// Tensors the clones read from outside the recompute, `[producer node,
+    /// output]`, each once, in the order the clones first read them (the
+    /// rewrite gates them, so that it need not search the graph).
+    #[serde(default)]
+    pub inputs: Vec<[u32; 2]>,
+    /// Every output of the cloned nodes with its data reads in the whole
+    /// graph, `[node, output, reads]` (the rewrite keeps each tensor's
+    /// readers from dropping below what Grappler's fusion rules look at).
+    #[serde(default)]
+    pub readers: Vec<[u32; 3]>,
 }
 
 /// What a plan request returns.
@@ -318,9 +329,36 @@ pub(crate) fn recompute_decisions(g: &Graph, plan: &Plan, times: &[f64]) -> Vec<
                     r.nodes.len(),
                     t
                 ),
+                inputs: outside_inputs(g, &r.nodes),
+                readers: r
+                    .nodes
+                    .iter()
+                    .flat_map(|&v| {
+                        g.outputs(v).map(move |t| {
+                            [v, t - g.out_off[v as usize], g.consumers(t).len() as u32]
+                        })
+                    })
+                    .collect(),
             }
         })
         .collect()
+}
+
+/// The tensors `nodes` read from producers outside `nodes`: `[producer,
+/// output]`, each once, in first-read order. O(inputs of `nodes` * log).
+fn outside_inputs(g: &Graph, nodes: &[u32]) -> Vec<[u32; 2]> {
+    let inside: FxHashSet<u32> = nodes.iter().copied().collect();
+    let mut seen = FxHashSet::default();
+    let mut out = Vec::new();
+    for &v in nodes {
+        for &t in g.inputs(v) {
+            let p = g.tensors[t as usize].node;
+            if !inside.contains(&p) && seen.insert(t) {
+                out.push([p, t - g.out_off[p as usize]]);
+            }
+        }
+    }
+    out
 }
 
 /// Decodes, analyses and plans serialized `GraphDef` bytes.
