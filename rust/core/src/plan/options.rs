@@ -21,7 +21,7 @@
 //! + its inputs) per recompute option.
 
 use super::candidates::{position_at, SwapCandidate};
-use super::trigger::safe_trigger;
+use super::trigger::{safe_trigger, safe_trigger_sorted};
 use crate::graph::{Graph, NodeFlags, Phase};
 use crate::liveness::Liveness;
 use crate::schedule::Schedule;
@@ -294,15 +294,23 @@ pub fn recompute_options(
     let mut out = Vec::new();
     for (ideal, set) in triggers(&saved) {
         let lowest = set.iter().map(|d| d.last_early).max().unwrap_or(0) + 1;
-        let consumers: Vec<u32> = set
+        let mut consumers: Vec<u32> = set
             .iter()
             .flat_map(|d| d.late.iter().map(|&(_, n)| n))
             .collect();
-        let Some(trigger) = safe_trigger(g, ctx.s, ideal, lowest, &consumers) else {
+        consumers.sort_unstable();
+        consumers.dedup();
+        let Some(trigger) = safe_trigger_sorted(g, ctx.s, ideal, lowest, &consumers) else {
             continue;
         };
         let clones = clone_set(g, nodes, &set, in_unit);
-        out.extend(finish_recompute(ctx, unit, clones, &set, trigger, in_unit));
+        let placed = Placed {
+            unit,
+            clones,
+            consumers,
+            trigger,
+        };
+        out.extend(finish_recompute(ctx, placed, &set, in_unit));
     }
     for &v in nodes {
         in_unit[v as usize] = false;
@@ -333,19 +341,24 @@ fn triggers<'c>(cands: &[&'c SwapCandidate]) -> Vec<(u32, Vec<&'c SwapCandidate>
 }
 
 /// Nodes of the unit that the saved tensors depend on, in schedule order.
-/// A node is marked visited by clearing its `in_unit` flag for the walk
-/// (restored before returning): no hashing, O(size of the unit + its edges).
+/// One sweep over the unit in reverse schedule order (every predecessor of
+/// a node comes before it): a node is marked needed by clearing its
+/// `in_unit` flag, and a needed node marks its predecessors in the unit
+/// (flags restored before returning). No stack, no hashing: O(size of the
+/// unit + the edges of its needed nodes).
 fn clone_set(g: &Graph, nodes: &[u32], saved: &[&SwapCandidate], in_unit: &mut [bool]) -> Vec<u32> {
-    let mut need: Vec<u32> = saved
-        .iter()
-        .map(|c| g.tensors[c.tensor as usize].node)
-        .collect();
-    let mut marked = Vec::new();
-    while let Some(v) = need.pop() {
+    for c in saved {
+        in_unit[g.tensors[c.tensor as usize].node as usize] = false;
+    }
+    for &v in nodes.iter().rev() {
         if in_unit[v as usize] {
-            in_unit[v as usize] = false;
-            marked.push(v);
-            need.extend(g.predecessors(v).filter(|&p| in_unit[p as usize]));
+            continue;
+        }
+        for &t in g.inputs(v) {
+            in_unit[g.tensors[t as usize].node as usize] = false;
+        }
+        for &p in g.control_inputs(v) {
+            in_unit[p as usize] = false;
         }
     }
     let clones = nodes
@@ -353,20 +366,33 @@ fn clone_set(g: &Graph, nodes: &[u32], saved: &[&SwapCandidate], in_unit: &mut [
         .copied()
         .filter(|&v| !in_unit[v as usize])
         .collect();
-    for v in marked {
+    for &v in nodes {
         in_unit[v as usize] = true;
     }
     clones
 }
 
-fn finish_recompute(
-    ctx: &Ctx<'_>,
+/// A recompute option's clone time, clones and late readers (sorted,
+/// without duplicates), before `finish_recompute` adds its costs.
+struct Placed {
     unit: usize,
     clones: Vec<u32>,
-    saved: &[&SwapCandidate],
+    consumers: Vec<u32>,
     trigger: u32,
+}
+
+fn finish_recompute(
+    ctx: &Ctx<'_>,
+    placed: Placed,
+    saved: &[&SwapCandidate],
     in_unit: &[bool],
 ) -> Option<RecomputeOpt> {
+    let Placed {
+        unit,
+        clones,
+        consumers,
+        trigger,
+    } = placed;
     let g = ctx.g;
     let mut inputs = Vec::new();
     for &v in &clones {
@@ -381,12 +407,6 @@ fn finish_recompute(
     }
     inputs.sort_unstable();
     inputs.dedup();
-    let mut consumers: Vec<u32> = saved
-        .iter()
-        .flat_map(|c| c.late.iter().map(|&(_, n)| n))
-        .collect();
-    consumers.sort_unstable();
-    consumers.dedup();
     let l = ctx.l;
     let mut owners: Vec<u32> = inputs.iter().map(|&x| l.owner[x as usize]).collect();
     owners.sort_unstable();

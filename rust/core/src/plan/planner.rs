@@ -336,7 +336,9 @@ impl<'a> Planner<'a> {
     /// is idle but nothing is freed for long (a label buffer read by the
     /// loss sets such a time). Not simulated when it cannot be faster than
     /// `beat` seconds: the compute stream runs every op and every clone in
-    /// turn, so no plan's step is shorter than their summed op times.
+    /// turn, so no plan's step is shorter than their summed op times; the
+    /// spans are built in order and the sum checked after each, so a plan
+    /// that cannot win is dropped after the spans that decide it.
     fn spans_plan(
         &self,
         spans: &[(usize, usize)],
@@ -347,40 +349,33 @@ impl<'a> Planner<'a> {
         let gap_of = gap_index(ctx, &self.cands);
         let mut in_unit = vec![false; ctx.g.num_nodes()];
         let m = &self.selected;
-        let chosen = Chosen {
-            recomputes: spans
-                .iter()
-                .filter_map(|&span| {
-                    let span = Span {
-                        a: span.0,
-                        b: span.1,
-                        backward_only: true,
-                    };
-                    span_options(
-                        ctx,
-                        span.a,
-                        &self.cuts,
-                        span,
-                        &self.cands,
-                        &gap_of,
-                        &mut in_unit,
-                    )
-                    .into_iter()
-                    .filter(|r| {
-                        m.as_ref()
-                            .is_none_or(|m| r.clones.iter().all(|&v| m[v as usize]))
-                    })
-                    .max_by_key(|r| (freed_area(ctx, r), std::cmp::Reverse(r.trigger)))
-                })
-                .collect(),
-            ..Chosen::default()
-        };
-        if chosen.recomputes.is_empty() {
-            return None;
-        }
         let compute = ctx.start[ctx.s.order.len()];
-        let clones: f64 = chosen.recomputes.iter().map(|r| r.time_s.max(0.0)).sum();
-        if (compute + clones) * (1.0 - 1e-9) >= beat {
+        let mut clones = 0.0;
+        let mut chosen = Chosen::default();
+        for &(a, b) in spans {
+            let span = Span {
+                a,
+                b,
+                backward_only: true,
+            };
+            let options =
+                span_options(ctx, a, &self.cuts, span, &self.cands, &gap_of, &mut in_unit);
+            let best = (options.into_iter())
+                .filter(|r| {
+                    m.as_ref()
+                        .is_none_or(|m| r.clones.iter().all(|&v| m[v as usize]))
+                })
+                .max_by_key(|r| (freed_area(ctx, r), std::cmp::Reverse(r.trigger)));
+            let Some(r) = best else { continue };
+            clones += r.time_s.max(0.0);
+            chosen.recomputes.push(r);
+            // The clone times only add up: once the sum so far cannot beat
+            // `beat`, neither can the whole plan (the spans left unbuilt).
+            if (compute + clones) * (1.0 - 1e-9) >= beat {
+                return None;
+            }
+        }
+        if chosen.recomputes.is_empty() {
             return None;
         }
         let plan = self.to_plan(&chosen);
