@@ -167,6 +167,8 @@ pub struct Planner<'a> {
     swap_tensor: Vec<u32>,
     recs: Vec<RecomputeOpt>,
     evals: std::cell::Cell<u32>,
+    /// Every plan judged so far, with its verdict (`judge`).
+    judged: std::cell::RefCell<Vec<(Plan, Verdict)>>,
     tflms_memo: std::cell::OnceCell<Option<Planned>>,
     best_fail: std::cell::Cell<(u64, &'static str)>,
     /// Per node: may it be touched (`None`: all may).
@@ -219,6 +221,7 @@ impl<'a> Planner<'a> {
             swap_tensor,
             recs,
             evals: 0.into(),
+            judged: Default::default(),
             tflms_memo: std::cell::OnceCell::new(),
             best_fail: (u64::MAX, "").into(),
             selected,
@@ -227,9 +230,17 @@ impl<'a> Planner<'a> {
         })
     }
 
+    /// The simulator's verdict on `plan`; a plan judged before (the
+    /// strategies of `hybrid` often reach the same one) is not simulated
+    /// again. O(simulate), or O(plans judged * plan size) when known.
     fn judge(&self, plan: &Plan) -> Result<Verdict> {
+        if let Some((_, v)) = self.judged.borrow().iter().find(|(p, _)| p == plan) {
+            return Ok(*v);
+        }
         self.evals.set(self.evals.get() + 1);
-        (self.judge)(plan)
+        let v = (self.judge)(plan)?;
+        self.judged.borrow_mut().push((plan.clone(), v));
+        Ok(v)
     }
 
     /// Runs the configured strategy.
