@@ -51,6 +51,9 @@ pub struct Ctx<'a> {
     pub op_time: &'a [f64],
     pub start: Vec<f64>,
     pub link: Link,
+    /// Per tensor: its producer (`g.tensors[t].node`, packed: the option
+    /// builders walk edges through it).
+    pub producer: Vec<u32>,
 }
 
 impl<'a> Ctx<'a> {
@@ -67,6 +70,7 @@ impl<'a> Ctx<'a> {
             l: &a.liveness,
             op_time,
             start: super::candidates::start_times(&a.schedule, op_time),
+            producer: a.graph.tensors.iter().map(|t| t.node).collect(),
             link: Link {
                 d2h_bytes_per_s: dev.d2h_bandwidth,
                 h2d_bytes_per_s: dev.h2d_bandwidth,
@@ -225,6 +229,24 @@ pub struct RecomputeOpt {
     pub extended: u64,
 }
 
+/// Working arrays of [`recompute_options`], made once for every call.
+pub struct Work {
+    /// Per node: is it in the unit being placed (all `false` between calls).
+    in_unit: Vec<bool>,
+    /// Scratch list of node or tensor ids.
+    buf: Vec<u32>,
+}
+
+impl Work {
+    /// Working arrays for a graph of `num_nodes` nodes. O(N).
+    pub fn new(num_nodes: usize) -> Self {
+        Work {
+            in_unit: vec![false; num_nodes],
+            buf: Vec::new(),
+        }
+    }
+}
+
 /// Most tensors one recompute option considers freeing (the largest).
 const MAX_TENSORS_PER_OPTION: usize = 64;
 
@@ -270,9 +292,10 @@ pub fn recompute_options(
     rule: SpanRule,
     cands: &[SwapCandidate],
     gap_of: &[u32],
-    in_unit: &mut [bool],
+    work: &mut Work,
 ) -> Vec<RecomputeOpt> {
     let g = ctx.g;
+    let in_unit = &mut work.in_unit;
     for &v in nodes {
         in_unit[v as usize] = true;
     }
@@ -283,7 +306,7 @@ pub fn recompute_options(
         .filter(|c| {
             c.owner != rule.kept
                 && (!rule.backward_only || g.phase[c.late[0].1 as usize] != Phase::Forward)
-                && (c.tensor == c.owner || in_unit[g.tensors[c.owner as usize].node as usize])
+                && (c.tensor == c.owner || in_unit[ctx.producer[c.owner as usize] as usize])
         })
         .collect();
     if saved.len() > MAX_TENSORS_PER_OPTION {
@@ -294,26 +317,26 @@ pub fn recompute_options(
     let mut out = Vec::new();
     for (ideal, set) in triggers(&saved) {
         let lowest = set.iter().map(|d| d.last_early).max().unwrap_or(0) + 1;
-        let mut consumers: Vec<u32> = set
-            .iter()
-            .flat_map(|d| d.late.iter().map(|&(_, n)| n))
-            .collect();
-        consumers.sort_unstable();
-        consumers.dedup();
+        let buf = &mut work.buf;
+        buf.clear();
+        buf.extend(set.iter().flat_map(|d| d.late.iter().map(|&(_, n)| n)));
+        buf.sort_unstable();
+        buf.dedup();
+        let consumers = buf.to_vec();
         let Some(trigger) = safe_trigger_sorted(g, ctx.s, ideal, lowest, &consumers) else {
             continue;
         };
-        let clones = clone_set(g, nodes, &set, in_unit);
+        let clones = clone_set(ctx, nodes, &set, work);
         let placed = Placed {
             unit,
             clones,
             consumers,
             trigger,
         };
-        out.extend(finish_recompute(ctx, placed, &set, in_unit));
+        out.extend(finish_recompute(ctx, placed, &set, work));
     }
     for &v in nodes {
-        in_unit[v as usize] = false;
+        work.in_unit[v as usize] = false;
     }
     out
 }
@@ -346,30 +369,29 @@ fn triggers<'c>(cands: &[&'c SwapCandidate]) -> Vec<(u32, Vec<&'c SwapCandidate>
 /// `in_unit` flag, and a needed node marks its predecessors in the unit
 /// (flags restored before returning). No stack, no hashing: O(size of the
 /// unit + the edges of its needed nodes).
-fn clone_set(g: &Graph, nodes: &[u32], saved: &[&SwapCandidate], in_unit: &mut [bool]) -> Vec<u32> {
+fn clone_set(ctx: &Ctx<'_>, nodes: &[u32], saved: &[&SwapCandidate], work: &mut Work) -> Vec<u32> {
+    let (g, producer) = (ctx.g, &ctx.producer);
+    let Work { in_unit, buf } = work;
     for c in saved {
-        in_unit[g.tensors[c.tensor as usize].node as usize] = false;
+        in_unit[producer[c.tensor as usize] as usize] = false;
     }
     for &v in nodes.iter().rev() {
         if in_unit[v as usize] {
             continue;
         }
         for &t in g.inputs(v) {
-            in_unit[g.tensors[t as usize].node as usize] = false;
+            in_unit[producer[t as usize] as usize] = false;
         }
         for &p in g.control_inputs(v) {
             in_unit[p as usize] = false;
         }
     }
-    let clones = nodes
-        .iter()
-        .copied()
-        .filter(|&v| !in_unit[v as usize])
-        .collect();
+    buf.clear();
+    buf.extend(nodes.iter().copied().filter(|&v| !in_unit[v as usize]));
     for &v in nodes {
         in_unit[v as usize] = true;
     }
-    clones
+    buf.to_vec()
 }
 
 /// A recompute option's clone time, clones and late readers (sorted,
@@ -385,7 +407,7 @@ fn finish_recompute(
     ctx: &Ctx<'_>,
     placed: Placed,
     saved: &[&SwapCandidate],
-    in_unit: &[bool],
+    work: &mut Work,
 ) -> Option<RecomputeOpt> {
     let Placed {
         unit,
@@ -394,30 +416,35 @@ fn finish_recompute(
         trigger,
     } = placed;
     let g = ctx.g;
-    let mut inputs = Vec::new();
+    // Scratch lists reused from option to option (no allocation each).
+    let buf = &mut work.buf;
+    buf.clear();
     for &v in &clones {
         if g.nodes[v as usize].flags.has(NodeFlags::NO_RECOMPUTE) {
             return None;
         }
         for &t in g.inputs(v) {
-            if !in_unit[g.tensors[t as usize].node as usize] {
-                inputs.push(t);
+            if !work.in_unit[ctx.producer[t as usize] as usize] {
+                buf.push(t);
             }
         }
     }
-    inputs.sort_unstable();
-    inputs.dedup();
+    buf.sort_unstable();
+    buf.dedup();
+    let inputs = buf.to_vec();
     let l = ctx.l;
-    let mut owners: Vec<u32> = inputs.iter().map(|&x| l.owner[x as usize]).collect();
-    owners.sort_unstable();
-    owners.dedup();
-    let extended = owners
-        .iter()
+    buf.clear();
+    buf.extend(inputs.iter().map(|&x| l.owner[x as usize]));
+    buf.sort_unstable();
+    buf.dedup();
+    let extended = (buf.iter())
         .filter(|&&o| l.last_use[o as usize] < trigger)
         .map(|&o| g.tensors[o as usize].bytes)
         .sum();
-    let mut saved_t: Vec<u32> = saved.iter().map(|c| c.owner).collect();
-    saved_t.sort_unstable();
+    buf.clear();
+    buf.extend(saved.iter().map(|c| c.owner));
+    buf.sort_unstable();
+    let saved_t = &buf[..];
     let transient = clones
         .iter()
         .flat_map(|&v| g.outputs(v))

@@ -41,7 +41,7 @@ use super::cuts::{cut_segments, sqrt_spans, Cuts};
 use super::greedy::{choose_indexed, queued_out_ends, Chosen, Guide, Index, Pool};
 use super::links::place_swap_ins;
 use super::options::{
-    recompute_options as unit_options, swap_option, Ctx, RecomputeOpt, SpanRule, SwapOpt,
+    recompute_options as unit_options, swap_option, Ctx, RecomputeOpt, SpanRule, SwapOpt, Work,
 };
 use super::partition::partition;
 use super::select::Selection;
@@ -358,7 +358,7 @@ impl<'a> Planner<'a> {
     ) -> Option<Planned> {
         let ctx = self.ctx;
         let gap_of = gap_index(ctx, &self.cands);
-        let mut in_unit = vec![false; ctx.g.num_nodes()];
+        let mut work = Work::new(ctx.g.num_nodes());
         let m = &self.selected;
         let compute = ctx.start[ctx.s.order.len()];
         let mut clones = 0.0;
@@ -369,8 +369,7 @@ impl<'a> Planner<'a> {
                 b,
                 backward_only: true,
             };
-            let options =
-                span_options(ctx, a, &self.cuts, span, &self.cands, &gap_of, &mut in_unit);
+            let options = span_options(ctx, a, &self.cuts, span, &self.cands, &gap_of, &mut work);
             let best = (options.into_iter())
                 .filter(|r| {
                     m.as_ref()
@@ -790,7 +789,7 @@ impl<'a> Planner<'a> {
 fn recompute_options(ctx: &Ctx<'_>, cands: &[SwapCandidate], cuts: &Cuts) -> Vec<RecomputeOpt> {
     let units = partition(ctx.g, ctx.s);
     let gap_of = gap_index(ctx, cands);
-    let mut in_unit = vec![false; ctx.g.num_nodes()];
+    let mut work = Work::new(ctx.g.num_nodes());
     let mut out: Vec<RecomputeOpt> = Vec::new();
     for (u, nodes) in units.units.iter().enumerate() {
         out.extend(unit_options(
@@ -800,7 +799,7 @@ fn recompute_options(ctx: &Ctx<'_>, cands: &[SwapCandidate], cuts: &Cuts) -> Vec
             SpanRule::ANY,
             cands,
             &gap_of,
-            &mut in_unit,
+            &mut work,
         ));
     }
     let n = units.units.len();
@@ -819,7 +818,7 @@ fn recompute_options(ctx: &Ctx<'_>, cands: &[SwapCandidate], cuts: &Cuts) -> Vec
                 SpanRule::ANY,
                 cands,
                 &gap_of,
-                &mut in_unit,
+                &mut work,
             ));
         }
     }
@@ -833,15 +832,7 @@ fn recompute_options(ctx: &Ctx<'_>, cands: &[SwapCandidate], cuts: &Cuts) -> Vec
                 b,
                 backward_only: false,
             };
-            out.extend(span_options(
-                ctx,
-                id,
-                cuts,
-                span,
-                cands,
-                &gap_of,
-                &mut in_unit,
-            ));
+            out.extend(span_options(ctx, id, cuts, span, cands, &gap_of, &mut work));
         }
     }
     out
@@ -931,7 +922,7 @@ fn span_options(
     span: Span,
     cands: &[SwapCandidate],
     gap_of: &[u32],
-    in_unit: &mut [bool],
+    work: &mut Work,
 ) -> Vec<RecomputeOpt> {
     let rule = SpanRule {
         kept: cuts.boundary[span.b - 1],
@@ -942,5 +933,5 @@ fn span_options(
         .flatten()
         .copied()
         .collect();
-    unit_options(ctx, id, &nodes, rule, cands, gap_of, in_unit)
+    unit_options(ctx, id, &nodes, rule, cands, gap_of, work)
 }
