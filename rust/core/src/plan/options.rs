@@ -235,6 +235,8 @@ pub struct Work {
     in_unit: Vec<bool>,
     /// Scratch list of node or tensor ids.
     buf: Vec<u32>,
+    /// The options placed since the last [`Work::take`].
+    out: Vec<RecomputeOpt>,
 }
 
 impl Work {
@@ -243,7 +245,13 @@ impl Work {
         Work {
             in_unit: vec![false; num_nodes],
             buf: Vec::new(),
+            out: Vec::new(),
         }
+    }
+
+    /// The options placed since the last call.
+    pub fn take(&mut self) -> Vec<RecomputeOpt> {
+        std::mem::take(&mut self.out)
     }
 }
 
@@ -284,7 +292,8 @@ impl SpanRule {
 /// owner and the alias, the late readers read the cloned alias, and the
 /// owner's buffer is freed. `rule` narrows the candidates for spans of
 /// cut segments ([`SpanRule`]). The greedy takes at most one of the
-/// options (they free the same tensors).
+/// options (they free the same tensors). The options are appended to
+/// `work.out` (no list per call; take them with [`Work::take`]).
 pub fn recompute_options(
     ctx: &Ctx<'_>,
     unit: usize,
@@ -293,7 +302,7 @@ pub fn recompute_options(
     cands: &[SwapCandidate],
     gap_of: &[u32],
     work: &mut Work,
-) -> Vec<RecomputeOpt> {
+) {
     let g = ctx.g;
     let in_unit = &mut work.in_unit;
     for &v in nodes {
@@ -314,7 +323,6 @@ pub fn recompute_options(
         saved.sort_by(|a, b| b.bytes.cmp(&a.bytes).then(a.tensor.cmp(&b.tensor)));
         saved.truncate(MAX_TENSORS_PER_OPTION);
     }
-    let mut out = Vec::new();
     for (ideal, set) in triggers(&saved) {
         let lowest = set.iter().map(|d| d.last_early).max().unwrap_or(0) + 1;
         let buf = &mut work.buf;
@@ -322,10 +330,10 @@ pub fn recompute_options(
         buf.extend(set.iter().flat_map(|d| d.late.iter().map(|&(_, n)| n)));
         buf.sort_unstable();
         buf.dedup();
-        let consumers = buf.to_vec();
-        let Some(trigger) = safe_trigger_sorted(g, ctx.s, ideal, lowest, &consumers) else {
+        let Some(trigger) = safe_trigger_sorted(g, ctx.s, ideal, lowest, buf) else {
             continue;
         };
+        let consumers = buf.to_vec();
         let clones = clone_set(ctx, nodes, &set, work);
         let placed = Placed {
             unit,
@@ -333,12 +341,13 @@ pub fn recompute_options(
             consumers,
             trigger,
         };
-        out.extend(finish_recompute(ctx, placed, &set, work));
+        if let Some(r) = finish_recompute(ctx, placed, &set, work) {
+            work.out.push(r);
+        }
     }
     for &v in nodes {
         work.in_unit[v as usize] = false;
     }
-    out
 }
 
 /// Clone times worth trying, most bytes freed first: each tensor's first
@@ -396,7 +405,7 @@ fn cumulate(v: &mut [(u32, u64)]) {
 /// unit + the edges of its needed nodes).
 fn clone_set(ctx: &Ctx<'_>, nodes: &[u32], saved: &[&SwapCandidate], work: &mut Work) -> Vec<u32> {
     let (g, producer) = (ctx.g, &ctx.producer);
-    let Work { in_unit, buf } = work;
+    let Work { in_unit, buf, .. } = work;
     for c in saved {
         in_unit[producer[c.tensor as usize] as usize] = false;
     }

@@ -369,7 +369,8 @@ impl<'a> Planner<'a> {
                 b,
                 backward_only: true,
             };
-            let options = span_options(ctx, a, &self.cuts, span, &self.cands, &gap_of, &mut work);
+            span_options(ctx, a, &self.cuts, span, &self.cands, &gap_of, &mut work);
+            let options = work.take();
             let best = (options.into_iter())
                 .filter(|r| {
                     m.as_ref()
@@ -790,17 +791,8 @@ fn recompute_options(ctx: &Ctx<'_>, cands: &[SwapCandidate], cuts: &Cuts) -> Vec
     let units = partition(ctx.g, ctx.s);
     let gap_of = gap_index(ctx, cands);
     let mut work = Work::new(ctx.g.num_nodes());
-    let mut out: Vec<RecomputeOpt> = Vec::new();
     for (u, nodes) in units.units.iter().enumerate() {
-        out.extend(unit_options(
-            ctx,
-            u,
-            nodes,
-            SpanRule::ANY,
-            cands,
-            &gap_of,
-            &mut work,
-        ));
+        unit_options(ctx, u, nodes, SpanRule::ANY, cands, &gap_of, &mut work);
     }
     let n = units.units.len();
     for width in SEGMENT_WIDTHS {
@@ -811,7 +803,7 @@ fn recompute_options(ctx: &Ctx<'_>, cands: &[SwapCandidate], cuts: &Cuts) -> Vec
             }
             let mut nodes: Vec<u32> = units.units[start..end].iter().flatten().copied().collect();
             nodes.sort_by_key(|&v| ctx.s.pos[v as usize]);
-            out.extend(unit_options(
+            unit_options(
                 ctx,
                 n + start,
                 &nodes,
@@ -819,7 +811,7 @@ fn recompute_options(ctx: &Ctx<'_>, cands: &[SwapCandidate], cuts: &Cuts) -> Vec
                 cands,
                 &gap_of,
                 &mut work,
-            ));
+            );
         }
     }
     let m = cuts.segments.len();
@@ -832,10 +824,10 @@ fn recompute_options(ctx: &Ctx<'_>, cands: &[SwapCandidate], cuts: &Cuts) -> Vec
                 b,
                 backward_only: false,
             };
-            out.extend(span_options(ctx, id, cuts, span, cands, &gap_of, &mut work));
+            span_options(ctx, id, cuts, span, cands, &gap_of, &mut work);
         }
     }
-    out
+    work.take()
 }
 
 /// Per tensor: the index into `cands` of the candidate whose late readers
@@ -914,7 +906,8 @@ struct Span {
 /// combine. The greedy's pool gets every option (a U-Net's encoder span
 /// may be recomputed for the decoder's forward reads of its skip
 /// connections); the whole-plan spans of `spans_plan` free only what the
-/// backward pass reads, as `keras.remat` does.
+/// backward pass reads, as `keras.remat` does. The options are appended to
+/// `work`'s.
 fn span_options(
     ctx: &Ctx<'_>,
     id: usize,
@@ -923,7 +916,7 @@ fn span_options(
     cands: &[SwapCandidate],
     gap_of: &[u32],
     work: &mut Work,
-) -> Vec<RecomputeOpt> {
+) {
     let rule = SpanRule {
         kept: cuts.boundary[span.b - 1],
         backward_only: span.backward_only,
