@@ -232,7 +232,8 @@ impl<'a> Planner<'a> {
 
     /// The simulator's verdict on `plan`; a plan judged before (the
     /// strategies of `hybrid` often reach the same one) is not simulated
-    /// again. O(simulate), or O(plans judged * plan size) when known.
+    /// again. O(plans judged * plan size) to look it up (the plans judged
+    /// are the evaluations, a few dozen), plus O(simulate) for a new one.
     fn judge(&self, plan: &Plan) -> Result<Verdict> {
         if let Some((_, v)) = self.judged.borrow().iter().find(|(p, _)| p == plan) {
             return Ok(*v);
@@ -609,7 +610,8 @@ impl<'a> Planner<'a> {
     /// largest link bytes first, when the simulator says it is faster.
     /// Units are tried one at a time (the paper) up to `max_evals`
     /// simulations; beyond that, in equal chunks so the whole list is seen
-    /// within the bound.
+    /// within the bound. A trial whose summed op and clone times cannot beat
+    /// the current step is dropped unsimulated (`cannot_beat`).
     fn paper(&self, start: Planned) -> Option<Planned> {
         let owner = |t: u32| self.ctx.l.owner[t as usize];
         let order = self.units_by_link_bytes(&start.plan);
