@@ -100,10 +100,12 @@ pub fn cut_segments(g: &Graph, s: &Schedule, l: &Liveness, min_bytes: u64) -> Cu
     let (mut count, mut xor) = (0i64, 0u32);
     let mut seg: Vec<u32> = Vec::new();
     let mut has_checkpoint = false;
+    let is_checkpoint = checkpoint_ops(g);
     for (b, &v) in fwd.iter().enumerate() {
-        if !g.nodes[v as usize].flags.has(NodeFlags::NO_RECOMPUTE) {
+        let node = &g.nodes[v as usize];
+        if !node.flags.has(NodeFlags::NO_RECOMPUTE) {
             seg.push(v);
-            has_checkpoint |= opkind::is_checkpoint(g.op_name(v));
+            has_checkpoint |= is_checkpoint[node.op as usize];
         }
         count += dcount[b];
         xor ^= dxor[b];
@@ -126,20 +128,22 @@ pub fn cut_segments(g: &Graph, s: &Schedule, l: &Liveness, min_bytes: u64) -> Cu
 /// that is not a source does not.
 fn plumbing(g: &Graph, s: &Schedule, fwd: &[u32]) -> Vec<bool> {
     let n = g.num_nodes();
+    let is_checkpoint = checkpoint_ops(g);
+    let is_checkpoint = |v: u32| is_checkpoint[g.nodes[v as usize].op as usize];
     let mut src_only = vec![false; n];
     for &v in &s.order {
         let vi = v as usize;
         let ins = g.inputs(v);
         src_only[vi] = g.nodes[vi].flags.has(NodeFlags::SOURCE)
             || (!ins.is_empty()
-                && !opkind::is_checkpoint(g.op_name(v))
+                && !is_checkpoint(v)
                 && ins
                     .iter()
                     .all(|&t| src_only[g.tensors[t as usize].node as usize]));
     }
     let mut feeds = vec![false; n];
     for &v in fwd.iter().rev() {
-        feeds[v as usize] = opkind::is_checkpoint(g.op_name(v))
+        feeds[v as usize] = is_checkpoint(v)
             || g.outputs(v).any(|t| {
                 g.consumers(t)
                     .iter()
@@ -147,6 +151,12 @@ fn plumbing(g: &Graph, s: &Schedule, fwd: &[u32]) -> Vec<bool> {
             });
     }
     (0..n).map(|v| src_only[v] && !feeds[v]).collect()
+}
+
+/// Per op type of `g` (`g.ops`): is it a checkpoint op
+/// (`opkind::is_checkpoint`)? Matched once per type, not once per node.
+fn checkpoint_ops(g: &Graph) -> Vec<bool> {
+    g.ops.iter().map(|op| opkind::is_checkpoint(op)).collect()
 }
 
 /// Chen's spacing: segments grouped `ceil(sqrt(M))` at a time, so about

@@ -171,7 +171,9 @@ pub fn choose_indexed(
         taken: vec![false; ctx.g.num_tensors()],
         pinned: vec![false; ctx.g.num_tensors()],
         extended: FxHashMap::default(),
-        d2h: D2hQueue::new(n),
+        // Only swaps queue on the engine: a pool of recomputes alone never
+        // reads it, so it spans one position.
+        d2h: D2hQueue::new(if pool.swaps.is_empty() { 1 } else { n }),
         out_floor: guide.out_floor,
         queue_check: guide.queue_check,
         swap_of: FxHashMap::default(),

@@ -21,7 +21,7 @@
 //! + its inputs) per recompute option.
 
 use super::candidates::{position_at, SwapCandidate};
-use super::trigger::safe_trigger;
+use super::trigger::{safe_trigger, safe_trigger_sorted};
 use crate::graph::{Graph, NodeFlags, Phase};
 use crate::liveness::Liveness;
 use crate::schedule::Schedule;
@@ -51,6 +51,9 @@ pub struct Ctx<'a> {
     pub op_time: &'a [f64],
     pub start: Vec<f64>,
     pub link: Link,
+    /// Per tensor: its producer (`g.tensors[t].node`, packed: the option
+    /// builders walk edges through it).
+    pub producer: Vec<u32>,
 }
 
 impl<'a> Ctx<'a> {
@@ -67,6 +70,7 @@ impl<'a> Ctx<'a> {
             l: &a.liveness,
             op_time,
             start: super::candidates::start_times(&a.schedule, op_time),
+            producer: a.graph.tensors.iter().map(|t| t.node).collect(),
             link: Link {
                 d2h_bytes_per_s: dev.d2h_bandwidth,
                 h2d_bytes_per_s: dev.h2d_bandwidth,
@@ -225,6 +229,32 @@ pub struct RecomputeOpt {
     pub extended: u64,
 }
 
+/// Working arrays of [`recompute_options`], made once for every call.
+pub struct Work {
+    /// Per node: is it in the unit being placed (all `false` between calls).
+    in_unit: Vec<bool>,
+    /// Scratch list of node or tensor ids.
+    buf: Vec<u32>,
+    /// The options placed since the last [`Work::take`].
+    out: Vec<RecomputeOpt>,
+}
+
+impl Work {
+    /// Working arrays for a graph of `num_nodes` nodes. O(N).
+    pub fn new(num_nodes: usize) -> Self {
+        Work {
+            in_unit: vec![false; num_nodes],
+            buf: Vec::new(),
+            out: Vec::new(),
+        }
+    }
+
+    /// The options placed since the last call.
+    pub fn take(&mut self) -> Vec<RecomputeOpt> {
+        std::mem::take(&mut self.out)
+    }
+}
+
 /// Most tensors one recompute option considers freeing (the largest).
 const MAX_TENSORS_PER_OPTION: usize = 64;
 
@@ -262,7 +292,8 @@ impl SpanRule {
 /// owner and the alias, the late readers read the cloned alias, and the
 /// owner's buffer is freed. `rule` narrows the candidates for spans of
 /// cut segments ([`SpanRule`]). The greedy takes at most one of the
-/// options (they free the same tensors).
+/// options (they free the same tensors). The options are appended to
+/// `work.out` (no list per call; take them with [`Work::take`]).
 pub fn recompute_options(
     ctx: &Ctx<'_>,
     unit: usize,
@@ -270,9 +301,10 @@ pub fn recompute_options(
     rule: SpanRule,
     cands: &[SwapCandidate],
     gap_of: &[u32],
-    in_unit: &mut [bool],
-) -> Vec<RecomputeOpt> {
+    work: &mut Work,
+) {
     let g = ctx.g;
+    let in_unit = &mut work.in_unit;
     for &v in nodes {
         in_unit[v as usize] = true;
     }
@@ -283,7 +315,7 @@ pub fn recompute_options(
         .filter(|c| {
             c.owner != rule.kept
                 && (!rule.backward_only || g.phase[c.late[0].1 as usize] != Phase::Forward)
-                && (c.tensor == c.owner || in_unit[g.tensors[c.owner as usize].node as usize])
+                && (c.tensor == c.owner || in_unit[ctx.producer[c.owner as usize] as usize])
         })
         .collect();
     if saved.len() > MAX_TENSORS_PER_OPTION {
@@ -291,34 +323,58 @@ pub fn recompute_options(
         saved.sort_by(|a, b| b.bytes.cmp(&a.bytes).then(a.tensor.cmp(&b.tensor)));
         saved.truncate(MAX_TENSORS_PER_OPTION);
     }
-    let mut out = Vec::new();
     for (ideal, set) in triggers(&saved) {
         let lowest = set.iter().map(|d| d.last_early).max().unwrap_or(0) + 1;
-        let consumers: Vec<u32> = set
-            .iter()
-            .flat_map(|d| d.late.iter().map(|&(_, n)| n))
-            .collect();
-        let Some(trigger) = safe_trigger(g, ctx.s, ideal, lowest, &consumers) else {
+        let buf = &mut work.buf;
+        buf.clear();
+        buf.extend(set.iter().flat_map(|d| d.late.iter().map(|&(_, n)| n)));
+        buf.sort_unstable();
+        buf.dedup();
+        let Some(trigger) = safe_trigger_sorted(g, ctx.s, ideal, lowest, buf) else {
             continue;
         };
-        let clones = clone_set(g, nodes, &set, in_unit);
-        out.extend(finish_recompute(ctx, unit, clones, &set, trigger, in_unit));
+        let consumers = buf.to_vec();
+        let clones = clone_set(ctx, nodes, &set, work);
+        let placed = Placed {
+            unit,
+            clones,
+            consumers,
+            trigger,
+        };
+        if let Some(r) = finish_recompute(ctx, placed, &set, work) {
+            work.out.push(r);
+        }
     }
     for &v in nodes {
-        in_unit[v as usize] = false;
+        work.in_unit[v as usize] = false;
     }
-    out
 }
 
 /// Clone times worth trying, most bytes freed first: each tensor's first
 /// late read, with the tensors idle across it (last early read before,
-/// first late read after). O(k^2) for k tensors of a unit.
+/// first late read after). The bytes idle across `t` are those read early
+/// before `t` less those already read late by `t` (a candidate's late reads
+/// follow its early ones): two sorted lists with prefix sums, O(k log k)
+/// for k tensors of a unit, plus O(k) per clone time kept.
 fn triggers<'c>(cands: &[&'c SwapCandidate]) -> Vec<(u32, Vec<&'c SwapCandidate>)> {
     let idle = |d: &SwapCandidate, t: u32| d.last_early < t && d.first_late() > t;
+    let mut early: Vec<(u32, u64)> = cands.iter().map(|c| (c.last_early, c.bytes)).collect();
+    let mut late: Vec<(u32, u64)> = cands.iter().map(|c| (c.first_late(), c.bytes)).collect();
+    let ordered = cands.iter().all(|c| c.last_early < c.first_late());
+    early.sort_unstable();
+    late.sort_unstable();
+    cumulate(&mut early);
+    cumulate(&mut late);
+    let upto = |v: &[(u32, u64)], n: usize| n.checked_sub(1).map_or(0, |i| v[i].1);
     let mut scored: Vec<(u64, u32)> = Vec::new();
-    for c in cands {
-        let t = c.first_late() - 1;
-        let bytes: u64 = cands.iter().filter(|d| idle(d, t)).map(|d| d.bytes).sum();
+    for &(first, _) in &late {
+        let t = first - 1;
+        let bytes: u64 = if ordered {
+            let read_early = upto(&early, early.partition_point(|e| e.0 < t));
+            read_early - upto(&late, late.partition_point(|l| l.0 <= t))
+        } else {
+            cands.iter().filter(|d| idle(d, t)).map(|d| d.bytes).sum()
+        };
         if bytes > 0 {
             scored.push((bytes, t));
         }
@@ -332,72 +388,97 @@ fn triggers<'c>(cands: &[&'c SwapCandidate]) -> Vec<(u32, Vec<&'c SwapCandidate>
         .collect()
 }
 
+/// Replaces each entry's bytes by the sum of the bytes up to it.
+fn cumulate(v: &mut [(u32, u64)]) {
+    let mut sum = 0u64;
+    for e in v {
+        sum += e.1;
+        e.1 = sum;
+    }
+}
+
 /// Nodes of the unit that the saved tensors depend on, in schedule order.
-/// A node is marked visited by clearing its `in_unit` flag for the walk
-/// (restored before returning): no hashing, O(size of the unit + its edges).
-fn clone_set(g: &Graph, nodes: &[u32], saved: &[&SwapCandidate], in_unit: &mut [bool]) -> Vec<u32> {
-    let mut need: Vec<u32> = saved
-        .iter()
-        .map(|c| g.tensors[c.tensor as usize].node)
-        .collect();
-    let mut marked = Vec::new();
-    while let Some(v) = need.pop() {
+/// One sweep over the unit in reverse schedule order (every predecessor of
+/// a node comes before it): a node is marked needed by clearing its
+/// `in_unit` flag, and a needed node marks its predecessors in the unit
+/// (flags restored before returning). No stack, no hashing: O(size of the
+/// unit + the edges of its needed nodes).
+fn clone_set(ctx: &Ctx<'_>, nodes: &[u32], saved: &[&SwapCandidate], work: &mut Work) -> Vec<u32> {
+    let (g, producer) = (ctx.g, &ctx.producer);
+    let Work { in_unit, buf, .. } = work;
+    for c in saved {
+        in_unit[producer[c.tensor as usize] as usize] = false;
+    }
+    for &v in nodes.iter().rev() {
         if in_unit[v as usize] {
-            in_unit[v as usize] = false;
-            marked.push(v);
-            need.extend(g.predecessors(v).filter(|&p| in_unit[p as usize]));
+            continue;
+        }
+        for &t in g.inputs(v) {
+            in_unit[producer[t as usize] as usize] = false;
+        }
+        for &p in g.control_inputs(v) {
+            in_unit[p as usize] = false;
         }
     }
-    let clones = nodes
-        .iter()
-        .copied()
-        .filter(|&v| !in_unit[v as usize])
-        .collect();
-    for v in marked {
+    buf.clear();
+    buf.extend(nodes.iter().copied().filter(|&v| !in_unit[v as usize]));
+    for &v in nodes {
         in_unit[v as usize] = true;
     }
-    clones
+    buf.to_vec()
+}
+
+/// A recompute option's clone time, clones and late readers (sorted,
+/// without duplicates), before `finish_recompute` adds its costs.
+struct Placed {
+    unit: usize,
+    clones: Vec<u32>,
+    consumers: Vec<u32>,
+    trigger: u32,
 }
 
 fn finish_recompute(
     ctx: &Ctx<'_>,
-    unit: usize,
-    clones: Vec<u32>,
+    placed: Placed,
     saved: &[&SwapCandidate],
-    trigger: u32,
-    in_unit: &[bool],
+    work: &mut Work,
 ) -> Option<RecomputeOpt> {
+    let Placed {
+        unit,
+        clones,
+        consumers,
+        trigger,
+    } = placed;
     let g = ctx.g;
-    let mut inputs = Vec::new();
+    // Scratch lists reused from option to option (no allocation each).
+    let buf = &mut work.buf;
+    buf.clear();
     for &v in &clones {
         if g.nodes[v as usize].flags.has(NodeFlags::NO_RECOMPUTE) {
             return None;
         }
         for &t in g.inputs(v) {
-            if !in_unit[g.tensors[t as usize].node as usize] {
-                inputs.push(t);
+            if !work.in_unit[ctx.producer[t as usize] as usize] {
+                buf.push(t);
             }
         }
     }
-    inputs.sort_unstable();
-    inputs.dedup();
-    let mut consumers: Vec<u32> = saved
-        .iter()
-        .flat_map(|c| c.late.iter().map(|&(_, n)| n))
-        .collect();
-    consumers.sort_unstable();
-    consumers.dedup();
+    buf.sort_unstable();
+    buf.dedup();
+    let inputs = buf.to_vec();
     let l = ctx.l;
-    let mut owners: Vec<u32> = inputs.iter().map(|&x| l.owner[x as usize]).collect();
-    owners.sort_unstable();
-    owners.dedup();
-    let extended = owners
-        .iter()
+    buf.clear();
+    buf.extend(inputs.iter().map(|&x| l.owner[x as usize]));
+    buf.sort_unstable();
+    buf.dedup();
+    let extended = (buf.iter())
         .filter(|&&o| l.last_use[o as usize] < trigger)
         .map(|&o| g.tensors[o as usize].bytes)
         .sum();
-    let mut saved_t: Vec<u32> = saved.iter().map(|c| c.owner).collect();
-    saved_t.sort_unstable();
+    buf.clear();
+    buf.extend(saved.iter().map(|c| c.owner));
+    buf.sort_unstable();
+    let saved_t = &buf[..];
     let transient = clones
         .iter()
         .flat_map(|&v| g.outputs(v))

@@ -41,7 +41,7 @@ use super::cuts::{cut_segments, sqrt_spans, Cuts};
 use super::greedy::{choose_indexed, queued_out_ends, Chosen, Guide, Index, Pool};
 use super::links::place_swap_ins;
 use super::options::{
-    recompute_options as unit_options, swap_option, Ctx, RecomputeOpt, SpanRule, SwapOpt,
+    recompute_options as unit_options, swap_option, Ctx, RecomputeOpt, SpanRule, SwapOpt, Work,
 };
 use super::partition::partition;
 use super::select::Selection;
@@ -167,6 +167,8 @@ pub struct Planner<'a> {
     swap_tensor: Vec<u32>,
     recs: Vec<RecomputeOpt>,
     evals: std::cell::Cell<u32>,
+    /// Every plan judged so far, with its verdict (`judge`).
+    judged: std::cell::RefCell<Vec<(Plan, Verdict)>>,
     tflms_memo: std::cell::OnceCell<Option<Planned>>,
     best_fail: std::cell::Cell<(u64, &'static str)>,
     /// Per node: may it be touched (`None`: all may).
@@ -219,6 +221,7 @@ impl<'a> Planner<'a> {
             swap_tensor,
             recs,
             evals: 0.into(),
+            judged: Default::default(),
             tflms_memo: std::cell::OnceCell::new(),
             best_fail: (u64::MAX, "").into(),
             selected,
@@ -227,9 +230,18 @@ impl<'a> Planner<'a> {
         })
     }
 
+    /// The simulator's verdict on `plan`; a plan judged before (the
+    /// strategies of `hybrid` often reach the same one) is not simulated
+    /// again. O(plans judged * plan size) to look it up (the plans judged
+    /// are the evaluations, a few dozen), plus O(simulate) for a new one.
     fn judge(&self, plan: &Plan) -> Result<Verdict> {
+        if let Some((_, v)) = self.judged.borrow().iter().find(|(p, _)| p == plan) {
+            return Ok(*v);
+        }
         self.evals.set(self.evals.get() + 1);
-        (self.judge)(plan)
+        let v = (self.judge)(plan)?;
+        self.judged.borrow_mut().push((plan.clone(), v));
+        Ok(v)
     }
 
     /// Runs the configured strategy.
@@ -336,7 +348,9 @@ impl<'a> Planner<'a> {
     /// is idle but nothing is freed for long (a label buffer read by the
     /// loss sets such a time). Not simulated when it cannot be faster than
     /// `beat` seconds: the compute stream runs every op and every clone in
-    /// turn, so no plan's step is shorter than their summed op times.
+    /// turn, so no plan's step is shorter than their summed op times; the
+    /// spans are built in order and the sum checked after each, so a plan
+    /// that cannot win is dropped after the spans that decide it.
     fn spans_plan(
         &self,
         spans: &[(usize, usize)],
@@ -345,42 +359,35 @@ impl<'a> Planner<'a> {
     ) -> Option<Planned> {
         let ctx = self.ctx;
         let gap_of = gap_index(ctx, &self.cands);
-        let mut in_unit = vec![false; ctx.g.num_nodes()];
+        let mut work = Work::new(ctx.g.num_nodes());
         let m = &self.selected;
-        let chosen = Chosen {
-            recomputes: spans
-                .iter()
-                .filter_map(|&span| {
-                    let span = Span {
-                        a: span.0,
-                        b: span.1,
-                        backward_only: true,
-                    };
-                    span_options(
-                        ctx,
-                        span.a,
-                        &self.cuts,
-                        span,
-                        &self.cands,
-                        &gap_of,
-                        &mut in_unit,
-                    )
-                    .into_iter()
-                    .filter(|r| {
-                        m.as_ref()
-                            .is_none_or(|m| r.clones.iter().all(|&v| m[v as usize]))
-                    })
-                    .max_by_key(|r| (freed_area(ctx, r), std::cmp::Reverse(r.trigger)))
-                })
-                .collect(),
-            ..Chosen::default()
-        };
-        if chosen.recomputes.is_empty() {
-            return None;
-        }
         let compute = ctx.start[ctx.s.order.len()];
-        let clones: f64 = chosen.recomputes.iter().map(|r| r.time_s.max(0.0)).sum();
-        if (compute + clones) * (1.0 - 1e-9) >= beat {
+        let mut clones = 0.0;
+        let mut chosen = Chosen::default();
+        for &(a, b) in spans {
+            let span = Span {
+                a,
+                b,
+                backward_only: true,
+            };
+            span_options(ctx, a, &self.cuts, span, &self.cands, &gap_of, &mut work);
+            let options = work.take();
+            let best = (options.into_iter())
+                .filter(|r| {
+                    m.as_ref()
+                        .is_none_or(|m| r.clones.iter().all(|&v| m[v as usize]))
+                })
+                .max_by_key(|r| (freed_area(ctx, r), std::cmp::Reverse(r.trigger)));
+            let Some(r) = best else { continue };
+            clones += r.time_s.max(0.0);
+            chosen.recomputes.push(r);
+            // The clone times only add up: once the sum so far cannot beat
+            // `beat`, neither can the whole plan (the spans left unbuilt).
+            if (compute + clones) * (1.0 - 1e-9) >= beat {
+                return None;
+            }
+        }
+        if chosen.recomputes.is_empty() {
             return None;
         }
         let plan = self.to_plan(&chosen);
@@ -603,7 +610,8 @@ impl<'a> Planner<'a> {
     /// largest link bytes first, when the simulator says it is faster.
     /// Units are tried one at a time (the paper) up to `max_evals`
     /// simulations; beyond that, in equal chunks so the whole list is seen
-    /// within the bound.
+    /// within the bound. A trial whose summed op and clone times cannot beat
+    /// the current step is dropped unsimulated (`cannot_beat`).
     fn paper(&self, start: Planned) -> Option<Planned> {
         let owner = |t: u32| self.ctx.l.owner[t as usize];
         let order = self.units_by_link_bytes(&start.plan);
@@ -651,6 +659,9 @@ impl<'a> Planner<'a> {
             if trial.recomputes.len() == cur.plan.recomputes.len() {
                 continue;
             }
+            if self.cannot_beat(&trial, cur.verdict.step_time_s) {
+                continue;
+            }
             trial
                 .recomputes
                 .sort_by_key(|r| (r.trigger, r.nodes.first().copied().unwrap_or(NONE)));
@@ -663,6 +674,20 @@ impl<'a> Planner<'a> {
         cur.strategy = "hybrid-paper".into();
         cur.evaluations = self.evals.get();
         Some(cur)
+    }
+
+    /// Whether `plan` surely takes at least `beat` seconds, so that the
+    /// simulator need not judge it: the compute stream runs every op and
+    /// every clone in turn, so no step is shorter than their summed op
+    /// times (with a margin of 10^-9 for the order of the sums). O(clones).
+    fn cannot_beat(&self, plan: &Plan, beat: f64) -> bool {
+        let ctx = self.ctx;
+        let compute = ctx.start[ctx.s.order.len()];
+        let clones: f64 = (plan.recomputes.iter())
+            .flat_map(|r| r.nodes.iter())
+            .map(|&v| ctx.op_time[v as usize])
+            .sum();
+        (compute + clones) * (1.0 - 1e-9) >= beat
     }
 
     fn recompute_of(&self, r: &RecomputeOpt) -> Recompute {
@@ -767,18 +792,9 @@ impl<'a> Planner<'a> {
 fn recompute_options(ctx: &Ctx<'_>, cands: &[SwapCandidate], cuts: &Cuts) -> Vec<RecomputeOpt> {
     let units = partition(ctx.g, ctx.s);
     let gap_of = gap_index(ctx, cands);
-    let mut in_unit = vec![false; ctx.g.num_nodes()];
-    let mut out: Vec<RecomputeOpt> = Vec::new();
+    let mut work = Work::new(ctx.g.num_nodes());
     for (u, nodes) in units.units.iter().enumerate() {
-        out.extend(unit_options(
-            ctx,
-            u,
-            nodes,
-            SpanRule::ANY,
-            cands,
-            &gap_of,
-            &mut in_unit,
-        ));
+        unit_options(ctx, u, nodes, SpanRule::ANY, cands, &gap_of, &mut work);
     }
     let n = units.units.len();
     for width in SEGMENT_WIDTHS {
@@ -789,15 +805,15 @@ fn recompute_options(ctx: &Ctx<'_>, cands: &[SwapCandidate], cuts: &Cuts) -> Vec
             }
             let mut nodes: Vec<u32> = units.units[start..end].iter().flatten().copied().collect();
             nodes.sort_by_key(|&v| ctx.s.pos[v as usize]);
-            out.extend(unit_options(
+            unit_options(
                 ctx,
                 n + start,
                 &nodes,
                 SpanRule::ANY,
                 cands,
                 &gap_of,
-                &mut in_unit,
-            ));
+                &mut work,
+            );
         }
     }
     let m = cuts.segments.len();
@@ -810,18 +826,10 @@ fn recompute_options(ctx: &Ctx<'_>, cands: &[SwapCandidate], cuts: &Cuts) -> Vec
                 b,
                 backward_only: false,
             };
-            out.extend(span_options(
-                ctx,
-                id,
-                cuts,
-                span,
-                cands,
-                &gap_of,
-                &mut in_unit,
-            ));
+            span_options(ctx, id, cuts, span, cands, &gap_of, &mut work);
         }
     }
-    out
+    work.take()
 }
 
 /// Per tensor: the index into `cands` of the candidate whose late readers
@@ -900,7 +908,8 @@ struct Span {
 /// combine. The greedy's pool gets every option (a U-Net's encoder span
 /// may be recomputed for the decoder's forward reads of its skip
 /// connections); the whole-plan spans of `spans_plan` free only what the
-/// backward pass reads, as `keras.remat` does.
+/// backward pass reads, as `keras.remat` does. The options are appended to
+/// `work`'s.
 fn span_options(
     ctx: &Ctx<'_>,
     id: usize,
@@ -908,8 +917,8 @@ fn span_options(
     span: Span,
     cands: &[SwapCandidate],
     gap_of: &[u32],
-    in_unit: &mut [bool],
-) -> Vec<RecomputeOpt> {
+    work: &mut Work,
+) {
     let rule = SpanRule {
         kept: cuts.boundary[span.b - 1],
         backward_only: span.backward_only,
@@ -919,5 +928,5 @@ fn span_options(
         .flatten()
         .copied()
         .collect();
-    unit_options(ctx, id, &nodes, rule, cands, gap_of, in_unit)
+    unit_options(ctx, id, &nodes, rule, cands, gap_of, work)
 }

@@ -44,6 +44,18 @@ pub fn safe_trigger(
     let mut readers: Vec<u32> = consumers.to_vec();
     readers.sort_unstable();
     readers.dedup();
+    safe_trigger_sorted(g, s, ideal, lowest, &readers)
+}
+
+/// [`safe_trigger`] for consumers already sorted, without duplicates.
+pub fn safe_trigger_sorted(
+    g: &Graph,
+    s: &Schedule,
+    ideal: u32,
+    lowest: u32,
+    readers: &[u32],
+) -> Option<u32> {
+    debug_assert!(readers.windows(2).all(|w| w[0] < w[1]));
     let is_reader = |n: u32| readers.binary_search(&n).is_ok();
     let total_in: usize = readers.iter().map(|&c| g.inputs(c).len()).sum();
     // The consumers' inputs, hashed on first need.

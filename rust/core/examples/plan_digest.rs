@@ -1,0 +1,121 @@
+//! Prints one line per (graph, strategy): a digest of the plan report (every
+//! decision, the planned figures) without the evaluation count, the
+//! evaluation count, the planned peak and step time, and the planning time.
+//! For checking that a speed change leaves every plan as it was.
+//!
+//!     cargo run --release -p hybridplan-core --example plan_digest -- [mixed:1e4 ..]
+//!
+//! `DIGEST_REPEAT=k` plans each k times (the time printed is the least).
+//! A graph `mixed:1e6:hybrid` plans that strategy only. With no arguments: mixed 10^4, 10^5, 10^6 and dag 10^4, 10^5, each with
+//! the strategies tflms, swap, recompute, chen, hybrid-paper and hybrid under
+//! the persistent bytes plus half the activation peak (as `benches/plan.rs`).
+
+use std::hash::{Hash, Hasher};
+use std::time::Instant;
+
+use hybridplan_core::analyze;
+use hybridplan_core::api::plan_analysis;
+use hybridplan_core::build::BuildOptions;
+use hybridplan_core::device::preset;
+use hybridplan_core::plan::planner::{PlanOptions, Strategy};
+use hybridplan_core::synth::{self, SynthKind, SynthSpec};
+
+const STRATEGIES: [Strategy; 6] = [
+    Strategy::Tflms,
+    Strategy::Swap,
+    Strategy::Recompute,
+    Strategy::Chen,
+    Strategy::HybridPaper,
+    Strategy::Hybrid,
+];
+
+fn parse(arg: &str) -> Option<(SynthKind, usize, Option<&str>)> {
+    let mut parts = arg.split(':');
+    let (kind, size, only) = (parts.next()?, parts.next()?, parts.next());
+    let kind = match kind {
+        "mixed" => SynthKind::Mixed,
+        "dag" => SynthKind::Dag,
+        _ => return None,
+    };
+    let n = size.parse::<f64>().ok()? as usize;
+    Some((kind, n, only))
+}
+
+/// FNV-1a: stable across runs and builds (unlike `DefaultHasher`'s keys).
+struct Fnv(u64);
+
+impl Hasher for Fnv {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for b in bytes {
+            self.0 = (self.0 ^ u64::from(*b)).wrapping_mul(0x100_0000_01b3);
+        }
+    }
+}
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let default = ["mixed:1e4", "mixed:1e5", "mixed:1e6", "dag:1e4", "dag:1e5"];
+    let graphs: Vec<&str> = if args.is_empty() {
+        default.to_vec()
+    } else {
+        args.iter().map(String::as_str).collect()
+    };
+    let dev = preset("v100-nvlink2")?;
+    let repeat: usize = match std::env::var("DIGEST_REPEAT") {
+        Ok(r) => r.parse()?,
+        Err(_) => 1,
+    };
+    for arg in graphs {
+        let (kind, target, only) = parse(arg).ok_or_else(|| format!("bad graph '{arg}'"))?;
+        let spec = SynthSpec {
+            kind,
+            blocks: synth::blocks_for_nodes(kind, target),
+            ..SynthSpec::default()
+        };
+        let a = analyze(&synth::graphdef(&spec), &BuildOptions::default())?;
+        let persistent = a.graph.persistent_bytes;
+        let budget = persistent + a.liveness.peak_bytes.saturating_sub(persistent) / 2;
+        for s in STRATEGIES {
+            if only.is_some_and(|o| o != s.name()) {
+                continue;
+            }
+            let opts = PlanOptions {
+                strategy: s,
+                budget,
+                ..PlanOptions::default()
+            };
+            let mut ms = f64::INFINITY;
+            let mut out = None;
+            for _ in 0..repeat {
+                let t = Instant::now();
+                out = Some(plan_analysis(&a, &dev, &opts, &[]));
+                ms = ms.min(t.elapsed().as_secs_f64() * 1e3);
+            }
+            let out = out.ok_or("no run")?;
+            match out {
+                Ok(o) => {
+                    let mut r = o.report.clone();
+                    let evals = r.evaluations;
+                    r.evaluations = 0;
+                    let mut h = Fnv(0xcbf2_9ce4_8422_2325);
+                    serde_json::to_string(&r)?.hash(&mut h);
+                    format!("{:?}", o.plan).hash(&mut h);
+                    println!(
+                        "{arg} {:<12} {:016x} evals {evals} peak {} step {:.9} swaps {} recomputes {} ({ms:.0} ms)",
+                        s.name(),
+                        h.finish(),
+                        r.planned.peak_bytes,
+                        r.planned.step_time_s,
+                        r.swaps.len(),
+                        r.recomputes.len()
+                    );
+                }
+                Err(e) => println!("{arg} {:<12} error: {e} ({ms:.0} ms)", s.name()),
+            }
+        }
+    }
+    Ok(())
+}
