@@ -112,10 +112,12 @@ mod tests {
         }
     }
 
-    /// FIFO order: x var f loss g dead g2 h write. `dead` (nothing needs
-    /// it) is at the ideal position; the walk takes `g`, the op before it.
+    /// FIFO order: x var f loss g dead g2 dead2 h write. `dead2` (nothing
+    /// needs it, and it reads the dead `dead`) is at the ideal position and
+    /// is passed over; `g2` feeds the reader `h`; `dead` reads the live loss
+    /// and times like any op.
     #[test]
-    fn a_dead_node_never_triggers() {
+    fn a_dead_node_below_a_dead_one_never_triggers() {
         let g = build(
             &[
                 spec("x", "Placeholder", &[]),
@@ -125,6 +127,7 @@ mod tests {
                 spec("g", "Neg", &["loss"]),
                 spec("dead", "Neg", &["loss"]),
                 spec("g2", "Neg", &["g"]),
+                spec("dead2", "Neg", &["dead"]),
                 spec("h", "Mul", &["g2", "f"]),
                 spec("write", "AssignSubVariableOp", &["var", "h"]),
             ],
@@ -136,9 +139,10 @@ mod tests {
         .unwrap();
         let s = schedule(&g).unwrap();
         let name = |q: u32| g.node_name(s.order[q as usize]).to_string();
-        let at = |n: &str| (0..9).find(|&q| name(q) == n).unwrap();
+        let at = |n: &str| (0..10).find(|&q| name(q) == n).unwrap();
         let h = s.order[at("h") as usize];
-        let q = safe_trigger(&g, &s, at("dead"), 0, &[h]).unwrap();
-        assert_eq!(name(q), "g");
+        assert_eq!(at("dead2"), at("g2") + 1, "the order the test assumes");
+        let q = safe_trigger(&g, &s, at("dead2"), 0, &[h]).unwrap();
+        assert_eq!(name(q), "dead");
     }
 }
