@@ -36,7 +36,9 @@ variants of :class:`Replica` (lowest-id or FIFO schedule, in-place forwarding, f
 against the measured step peaks, with the rank correlation of each schedule with the
 measured start times; the differences between the measured and the modelled live sets at
 the measured peak, by cause; the op time by type, measured vs estimated; and, for each
-plan, when its swap-ins and clones really ran against their triggers. ``--no-plans``
+plan, when its swap-ins and clones really ran against their triggers, and the peak of
+the original and of each plan without swaps run with every kernel inline
+(:func:`inline_peak`, the executor's order on a GPU). ``--no-plans``
 skips the planned graphs.
 
 The tables go to stdout and, for a run of every workload (no ``--quick``, no ``--only``),
@@ -236,6 +238,13 @@ def _run_plans(b: Bench, a: Any, steps: int, explain: bool = False) -> list[Plan
             graphs.append(result.graph_def)
             if explain:
                 row.explained = explain_plan(b, a, strategy, result)
+                inline = inline_peak(b, steps, result.graph_def)
+                if inline is not None:
+                    row.explained += (
+                        f"\n\nRun inline (`inline_peak`): {_mb(inline)} MB "
+                        f"({_ratio(inline, row.predicted)} of the predicted "
+                        f"{_mb(row.predicted)}; budget {_mb(row.budget_act)})"
+                    )
         rows.append(row)
     if graphs:
         original, *planned = interleaved_step_times(b, [None, *graphs], 3 * steps)
@@ -269,6 +278,12 @@ def run_workload(b: Bench, steps: int, explain: bool, plans: bool = True) -> Row
     )
     if explain:
         row.explained = explain_peak(b, a, steps)
+        inline = inline_peak(b, steps)
+        if inline is not None:
+            row.explained.text += (
+                f"\n\nRun inline (`inline_peak`): {_mb(inline)} MB "
+                f"({_ratio(inline, row.predicted)} of the predicted {_mb(row.predicted)})"
+            )
         row.explained.text += "\n\n" + time_by_op(b, a, prof)
     if plans:
         row.plans = _run_plans(b, a, steps, explain)
@@ -460,6 +475,33 @@ def _traced_stats(b: Bench, steps: int, graph_def: Any = None) -> list[Any]:
         for s in range(2):
             run(s, None)
         return [run(2 + s, options).step_stats for s in range(steps)]
+
+
+def inline_peak(b: Bench, steps: int, graph_def: Any = None) -> int | None:
+    """The device peak with every kernel run inline, in the order nodes become ready
+    (``RunOptions.inter_op_thread_pool = -1``: TensorFlow then runs a step of ONE
+    executor in the caller's thread with ``run_all_kernels_inline``, as its executor
+    treats every GPU kernel: a first-in first-out ready queue, the core's schedule).
+    None where the step has two executors (a swap plan: nodes on the host device),
+    for which TensorFlow falls back to its thread pool."""
+    graph, feeds, fetches, init, _ = measuring._session_graph(b.traced, graph_def)
+    config = measuring.session_config(2, inter_op_threads=1)
+    trace = tf.compat.v1.RunOptions(
+        trace_level=tf.compat.v1.RunOptions.FULL_TRACE, inter_op_thread_pool=-1
+    )
+    plain = tf.compat.v1.RunOptions(inter_op_thread_pool=-1)
+    peaks = []
+    with tf.compat.v1.Session(graph=graph, config=config) as sess:
+        sess.run(init)
+        run = measuring._runner(sess, feeds, fetches, b.batch, b.traced.loss_index, [])
+        for s in range(2):
+            run(s, plain)
+        for s in range(steps):
+            replay = measuring.replay_step_stats(run(2 + s, trace).step_stats)
+            if "/device:CPU:1" in replay:
+                return None
+            peaks.append(int(replay["/device:CPU:0"][1].max()))
+    return max(peaks)
 
 
 @dataclass

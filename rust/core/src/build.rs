@@ -264,7 +264,8 @@ pub fn build(specs: &[NodeSpec<'_>], opts: &BuildOptions) -> Result<Graph> {
 }
 
 /// The steps both routes share once nodes, tensors and edges are in place:
-/// consumers, flags and aliases, phases and the loss, persistent bytes.
+/// consumers, flags and aliases, phases and the loss, untimed nodes,
+/// persistent bytes.
 /// `lookup(g, name)` gives the id of the node named `name`.
 ///
 /// # Errors
@@ -280,6 +281,7 @@ pub(crate) fn finish(
     add_consumers(g);
     let variables = set_flags_and_aliases(g);
     crate::phase::classify(g, opts.loss.as_deref(), lookup)?;
+    crate::untimed::mark(g);
     g.persistent_bytes = match opts.persistent_bytes {
         Some(b) => b,
         None => persistent_bytes(g, &variables),

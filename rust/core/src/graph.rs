@@ -58,6 +58,9 @@ impl NodeFlags {
     pub const WRITES_VARIABLE: u8 = 8;
     /// Has no inputs at all (placeholder, constant, variable handle).
     pub const SOURCE: u8 = 16;
+    /// Its schedule position says nothing about when TensorFlow runs it:
+    /// ready when the step starts, or dead (`untimed.rs`). Never a trigger.
+    pub const UNTIMED: u8 = 32;
 
     pub fn has(self, f: u8) -> bool {
         self.0 & f != 0

@@ -46,6 +46,7 @@ pub mod plan;
 pub mod schedule;
 pub mod simulate;
 pub mod synth;
+pub mod untimed;
 pub(crate) mod wire;
 
 pub use error::{PlanError, Result};

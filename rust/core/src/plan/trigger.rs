@@ -10,7 +10,9 @@
 //! A source (a constant, a placeholder) never triggers: it has no inputs,
 //! so TensorFlow runs it at the start of the step whatever its position in
 //! our schedule, and the copy would start at once (measured: see
-//! docs/accuracy.md). Starting from the ideal position, walk to earlier ops
+//! docs/accuracy.md). Nor does an untimed node (`untimed.rs`: every
+//! ancestor a source, or dead, so that Grappler hands its control edges to
+//! its inputs). Starting from the ideal position, walk to earlier ops
 //! until one qualifies.
 //!
 //! # Complexity
@@ -76,7 +78,9 @@ pub fn safe_trigger_sorted(
     let mut q = ideal;
     loop {
         let t = s.order[q as usize];
-        let qualifies = !g.nodes[t as usize].flags.has(NodeFlags::SOURCE)
+        let qualifies = !g.nodes[t as usize]
+            .flags
+            .has(NodeFlags::SOURCE | NodeFlags::UNTIMED)
             && !is_reader(t)
             && !g.inputs(t).iter().any(|&x| read_by_consumer(x))
             && !g.data_consumers(t).iter().any(|&c| is_reader(c));
@@ -87,5 +91,70 @@ pub fn safe_trigger_sorted(
             return None;
         }
         q -= 1;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::build::{build, BuildOptions, NodeSpec, OutSpec};
+    use crate::dtype::DType;
+    use crate::graphdef::Shape;
+    use crate::schedule::schedule;
+
+    fn spec(name: &'static str, op: &'static str, inputs: &[&'static str]) -> NodeSpec<'static> {
+        let outputs = match op {
+            "AssignSubVariableOp" => vec![],
+            _ => vec![OutSpec {
+                dtype: Some(if op == "VarHandleOp" {
+                    DType::RESOURCE
+                } else {
+                    DType::FLOAT
+                }),
+                shape: Shape(Some(vec![4])),
+            }],
+        };
+        NodeSpec {
+            name,
+            op,
+            device: "",
+            inputs: inputs.to_vec(),
+            outputs,
+            calls_function: false,
+        }
+    }
+
+    /// FIFO order: x var f loss g dead g2 dead2 h write. `dead2` (nothing
+    /// needs it, and it reads the dead `dead`) is at the ideal position and
+    /// is passed over; `g2` feeds the reader `h`; `dead` reads the live loss
+    /// and times like any op.
+    #[test]
+    fn a_dead_node_below_a_dead_one_never_triggers() {
+        let g = build(
+            &[
+                spec("x", "Placeholder", &[]),
+                spec("var", "VarHandleOp", &[]),
+                spec("f", "Relu", &["x"]),
+                spec("loss", "Sum", &["f"]),
+                spec("g", "Neg", &["loss"]),
+                spec("dead", "Neg", &["loss"]),
+                spec("g2", "Neg", &["g"]),
+                spec("dead2", "Neg", &["dead"]),
+                spec("h", "Mul", &["g2", "f"]),
+                spec("write", "AssignSubVariableOp", &["var", "h"]),
+            ],
+            &BuildOptions {
+                loss: Some("loss:0".into()),
+                persistent_bytes: Some(0),
+            },
+        )
+        .unwrap();
+        let s = schedule(&g).unwrap();
+        let name = |q: u32| g.node_name(s.order[q as usize]).to_string();
+        let at = |n: &str| (0..10).find(|&q| name(q) == n).unwrap();
+        let h = s.order[at("h") as usize];
+        assert_eq!(at("dead2"), at("g2") + 1, "the order the test assumes");
+        let q = safe_trigger(&g, &s, at("dead2"), 0, &[h]).unwrap();
+        assert_eq!(name(q), "dead");
     }
 }
