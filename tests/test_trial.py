@@ -7,6 +7,7 @@ budget, and the budget can be well below the original's peak.
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from hybridplan import models
@@ -48,6 +49,87 @@ def test_recomputed_swish_stays_bit_identical():
     t = trial(_swish_cnn(), fraction=0.9, strategy="recompute")
     assert t.inserted["clones"] > 0 and t.inserted["keepers"] > 0
     assert t.same_losses and t.same_weights
+
+
+def _elu_cnn():
+    """Four ``Conv2D(use_bias=True, activation="elu")``: each runs fused (convolution,
+    bias and activation in one kernel) in the original step."""
+    import keras
+    import tensorflow as tf
+
+    keras.utils.set_random_seed(0)
+    layers = keras.layers
+    inp = keras.Input((24, 24, 3))
+    h = inp
+    for filters in (8, 16, 16, 16):
+        h = layers.Conv2D(filters, 3, padding="same", use_bias=True, activation="elu")(h)
+    out = layers.Dense(10)(layers.GlobalAveragePooling2D()(h))
+    x, y = tf.TensorSpec([4, 24, 24, 3]), tf.TensorSpec([4], tf.int32)
+    return models.from_keras(keras.Model(inp, out), x, y, 10)
+
+
+def test_recomputed_first_layer_fuses_like_its_original():
+    """The first convolution reads only the fed batch and a variable read: its clone
+    must read the batch through a gate too, or it carries a control edge and the
+    remapper leaves it unfused (``Conv2D``, ``BiasAdd``, ``Elu``) while the original runs
+    as one fused kernel (found in review)."""
+    t = trial(_elu_cnn(), fraction=0.95, strategy="recompute")
+    assert t.inserted["clones"] > 0
+    assert t.same_losses and t.same_weights
+
+
+def test_a_recompute_never_reads_a_tensor_fused_away():
+    """On a slow link `hybrid` recomputes a layer's ``BiasAdd`` and ``Elu``; a clone
+    reading the ``Conv2D`` output (its only reader is the ``BiasAdd``) would stop the
+    original's fusion. The planner starts such a recompute at the convolution instead
+    (``plan/options.rs``, ``fused_away``)."""
+    import tensorflow as tf
+
+    from hybridplan.analysis import analyze
+    from hybridplan.applying import apply
+    from hybridplan.measuring import measure
+    from hybridplan.planning import device_model
+
+    w = _elu_cnn()
+    traced = w.trace()
+    a = analyze(traced)
+    slow = device_model("cpu", h2d_bandwidth=5e7, d2h_bandwidth=5e7)
+    budget = a.persistent_bytes + int(a.activation_peak_bytes * 0.85)
+    r = apply(traced, budget, strategy="hybrid", device=slow, target="cpu-emulation")
+    assert r.report["inserted"]["clones"] > 0
+    saved = tf.config.optimizer.get_experimental_options()
+    tf.config.optimizer.set_experimental_options({"arithmetic_optimization": False})
+    try:
+        base = measure(traced, None, w.batch, steps=3)
+        new = measure(traced, r.graph_def, w.batch, steps=3)
+    finally:
+        tf.config.optimizer.set_experimental_options(
+            {"arithmetic_optimization": saved.get("arithmetic_optimization", True)}
+        )
+    assert all(np.array_equal(x, y) for x, y in zip(base.losses, new.losses, strict=True))
+    assert all(np.array_equal(x, y) for x, y in zip(base.weights, new.weights, strict=True))
+
+
+def test_verify_accepts_clones_fused_like_their_originals():
+    """Clones are unprotected so that they fuse as their originals do: verify() counts
+    such a clone absorbed (its original is gone too), not missing, whether it is given
+    the rewrite's summary or only the inserted names."""
+    from hybridplan.analysis import analyze
+    from hybridplan.planning import plan
+    from hybridplan.rewriting import rewrite_with_summary
+    from hybridplan.runner import compile_step
+    from hybridplan.verification import verify
+
+    w = _swish_cnn()
+    traced = w.trace()
+    a = analyze(traced)
+    budget = a.persistent_bytes + int(a.activation_peak_bytes * 0.9)
+    spec = plan(traced, budget, strategy="recompute", device="cpu").rewrite_spec()
+    out = rewrite_with_summary(traced.graph_def, spec, target="cpu-emulation")
+    for expected in (out.summary, out.summary.inserted):
+        report = verify(compile_step(traced, out.graph_def), expected, *w.batch(0))
+        assert report.ok, report.describe()
+        assert report.absorbed and not report.missing
 
 
 def test_rewrite_needs_no_graph_search_when_the_plan_says_what_clones_read():

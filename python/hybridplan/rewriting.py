@@ -291,7 +291,7 @@ def _output_dtypes(node: Any) -> list[int]:
 
 
 #: Producers whose outputs clones read directly, not through a gate (see ``gated``).
-_UNGATED_OPS = frozenset({"Const", "HostConst", "ReadVariableOp", "Placeholder"})
+_UNGATED_OPS = frozenset({"Const", "HostConst", "ReadVariableOp"})
 
 
 def _readers(nodes: Any) -> dict[str, int]:
@@ -324,6 +324,7 @@ class _Writer:
         self.clones: list[str] = []
         self.gates: list[str] = []
         self.gate_of: dict[tuple[str, str], str] = {}
+        self.gate_names: set[str] = set()
         self.keepers: list[str] = []
         # Inserted node name -> its NodeDef; original tensor -> an inserted node that took
         # over its readers and may wait for a keeper (see keep_fanouts).
@@ -498,8 +499,9 @@ class _Writer:
             self.check_clonable(v, where)
         self.learn(rec, nodes)
         gates: list[str] = []
+        clones = set(clone_name.values())
         for v in nodes:
-            self.add_clone(v, clone_name, trigger, gates)
+            self.add_clone(v, clone_name, clones, trigger, gates)
             original = self.name(v)
             for k in range(len(_output_dtypes(self.src.node[v]))):
                 outputs[_tensor(original, k)] = _tensor(clone_name[original], k)
@@ -524,7 +526,12 @@ class _Writer:
             )
 
     def add_clone(
-        self, v: int, clone_name: Mapping[str, str], trigger: str, gates: list[str]
+        self,
+        v: int,
+        clone_name: Mapping[str, str],
+        clones: set[str],
+        trigger: str,
+        gates: list[str],
     ) -> None:
         """Appends the clone of node ``v``. Its inputs from outside the recompute read
         them through gates (appended to ``gates``); a clone with no gated and no cloned
@@ -556,8 +563,11 @@ class _Writer:
                     gates.append(gate)
                     source = gate
                 clone.input.append(source)
-        late = set(gates) | set(clone_name.values())
-        if not any(_parse_input(i)[0] in late for i in clone.input if not i.startswith("^")):
+        late = any(
+            name in clones or name in self.gate_names
+            for name in (_parse_input(i)[0] for i in clone.input if not i.startswith("^"))
+        )
+        if not late:
             clone.input.append(f"^{trigger}")
             clone.attr[DO_NOT_REMOVE].b = True
         self.clones.append(clone.name)
@@ -602,10 +612,9 @@ class _Writer:
         source (a ``Const``, anything without data inputs) and a variable read, which
         must stay visible as such (constant folding, shape inference) and are ready from
         the step's start anyway."""
-        node = self.src.node[self.producer[key][0]]
-        if node.op in _UNGATED_OPS:
-            return False
-        return any(not i.startswith("^") for i in node.input)
+        # A Placeholder (the step's input batch) is gated too: a clone that reads no
+        # gate needs ^trigger, and the remapper never fuses a node with control fanin.
+        return self.src.node[self.producer[key][0]].op not in _UNGATED_OPS
 
     def gate(self, source: str, key: str, trigger: str, device: str) -> str:
         """The gate of ``source`` for clones run after ``trigger``: an ``Identity`` of it
@@ -618,6 +627,7 @@ class _Writer:
             dtype = _output_dtypes(self.src.node[p])[k]
             self.add_copy(name, "Identity", device, source, [trigger], (p, k, dtype))
             self.gates.append(name)
+            self.gate_names.add(name)
             self.gate_of[(source, trigger)] = name
         return self.gate_of[(source, trigger)]
 

@@ -26,6 +26,7 @@ Example::
 
 from __future__ import annotations
 
+import re
 import warnings
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
@@ -36,6 +37,8 @@ from .errors import InvalidArgumentError, UnsupportedGraphError
 __all__ = ["NodeStatus", "NodesRemovedError", "VerifyReport", "verify", "verify_run_metadata"]
 
 _ON_MISSING = ("raise", "warn", "ignore")
+#: How a clone's name starts after the prefix (``rewriting.py``).
+_CLONE_NAME = re.compile(r"/recompute/\d+/")
 
 
 class NodesRemovedError(UnsupportedGraphError):
@@ -108,8 +111,10 @@ class VerifyReport:
 
     @property
     def ok(self) -> bool:
-        """Every planned node is present, and no clone can be merged into its original."""
-        return not self.missing and not self.absorbed and not self.mergeable
+        """No planned node is missing and no clone can be merged into its original. An
+        absorbed clone (fused like its original, which is gone too) is what the rewrite
+        intends since clones are unprotected (rewriting.py: gates)."""
+        return not self.missing and not self.mergeable
 
     def by_name(self) -> dict[str, NodeStatus]:
         return {n.name: n for n in self.nodes}
@@ -142,11 +147,12 @@ def verify(
             :func:`hybridplan.runner.compile_step`; it must not have been called before
             (TensorFlow records the optimized graphs only when it instantiates a function).
         expected: a :class:`~hybridplan.rewriting.RewriteSummary` (kinds and clone
-            originals known) or an iterable of node names.
+            originals known) or an iterable of node names (a clone is then known by
+            its name, ``<prefix>/recompute/<r>/<original>``).
         *args, **kwargs: the step's arguments (one training step runs: variables change).
         on_missing: ``"raise"`` (:class:`NodesRemovedError`), ``"warn"``
-            (``RuntimeWarning``) or ``"ignore"`` when a node is missing, absorbed or
-            mergeable.
+            (``RuntimeWarning``) or ``"ignore"`` when a node is missing or a clone is
+            mergeable (an absorbed clone, fused like its original, is fine).
 
     Returns:
         :class:`VerifyReport`, with the step's return value in ``outputs``.
@@ -250,7 +256,15 @@ def _expected(expected: Any) -> tuple[dict[str, str], Mapping[str, str]]:
             "expected must be a RewriteSummary or an iterable of node names, got "
             f"{type(expected).__name__}"
         )
-    return dict.fromkeys(expected, "node"), {}
+    # Names only: a clone is known by its name, ``<prefix>/recompute/<r>/<original>``
+    # (rewriting.py), so that a clone fused like its original counts as absorbed.
+    kinds, clone_of = {}, {}
+    for name in expected:
+        m = _CLONE_NAME.search(name)
+        kinds[name] = "clone" if m else "node"
+        if m:
+            clone_of[name] = name[m.end() :]
+    return kinds, clone_of
 
 
 @dataclass(frozen=True)

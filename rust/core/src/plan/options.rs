@@ -11,7 +11,10 @@
 //! earliest possible trigger is used and the shortfall is the option's
 //! exposed time. A recompute costs the clones' op times and keeps its
 //! external inputs alive up to the clones (`extended`: the bytes of those
-//! otherwise dead by then). These estimates are for one option alone: the
+//! otherwise dead by then). A unit never reads from outside a tensor that has
+//! a single reader (`fused_away`): TensorFlow may have fused its producer
+//! into that reader, and a clone reading it would undo the fusion in the
+//! original step and change its rounding; the producer is cloned too. These estimates are for one option alone: the
 //! greedy queues the chosen swap-outs on the device-to-host engine
 //! (`d2h.rs`) and feeds clones from swap-ins (`feed.rs`); the simulator
 //! judges the finished plan.
@@ -437,6 +440,48 @@ struct Placed {
     trigger: u32,
 }
 
+/// Whether the clones must not read tensor `t` (made by `p`) from outside
+/// their unit: it has one data reader, so TensorFlow may fuse `p` into that
+/// reader (a convolution with its `BiasAdd` and activation) and the tensor
+/// never exists; a clone reading it would add a reader and stop the
+/// original's fusion, and the step would round differently. Such a `p` is
+/// cloned too (`with_fused_producers`). Sources and variable reads fuse with
+/// nothing. O(1).
+fn fused_away(g: &Graph, p: u32, t: u32) -> bool {
+    g.consumers(t).len() == 1
+        && !g.nodes[p as usize].flags.has(NodeFlags::SOURCE)
+        && g.op_name(p) != "ReadVariableOp"
+}
+
+/// `clones` grown by the producers of the tensors they read that are
+/// `fused_away`, transitively, in schedule order; the added nodes are marked
+/// in `in_unit` and listed in `added` (the caller unmarks them). O(size of
+/// the grown set + its inputs).
+fn with_fused_producers(
+    ctx: &Ctx<'_>,
+    mut clones: Vec<u32>,
+    in_unit: &mut [bool],
+    added: &mut Vec<u32>,
+) -> Vec<u32> {
+    let g = ctx.g;
+    let mut i = 0;
+    while i < clones.len() {
+        for &t in g.inputs(clones[i]) {
+            let p = ctx.producer[t as usize];
+            if !in_unit[p as usize] && fused_away(g, p, t) {
+                in_unit[p as usize] = true;
+                added.push(p);
+                clones.push(p);
+            }
+        }
+        i += 1;
+    }
+    if !added.is_empty() {
+        clones.sort_unstable_by_key(|&v| ctx.s.pos[v as usize]);
+    }
+    clones
+}
+
 fn finish_recompute(
     ctx: &Ctx<'_>,
     placed: Placed,
@@ -449,6 +494,24 @@ fn finish_recompute(
         consumers,
         trigger,
     } = placed;
+    let mut added = Vec::new();
+    let clones = with_fused_producers(ctx, clones, &mut work.in_unit, &mut added);
+    let opt = finish_grown(ctx, unit, clones, consumers, trigger, saved, work);
+    for &p in &added {
+        work.in_unit[p as usize] = false;
+    }
+    opt
+}
+
+fn finish_grown(
+    ctx: &Ctx<'_>,
+    unit: usize,
+    clones: Vec<u32>,
+    consumers: Vec<u32>,
+    trigger: u32,
+    saved: &[&SwapCandidate],
+    work: &mut Work,
+) -> Option<RecomputeOpt> {
     let g = ctx.g;
     // Scratch lists reused from option to option (no allocation each).
     let buf = &mut work.buf;
