@@ -121,12 +121,13 @@ impl Index {
 }
 
 /// The id in `pool` of entry `id` of an index with `ns` swaps, when `pool`
-/// holds it: `pool` has the indexed pool's swaps, its recomputes, or both.
+/// holds it: `pool` has the indexed pool's swaps, a prefix of its
+/// recomputes, or both.
 fn pool_id(ns: usize, pool: &Pool<'_>, id: u32) -> Option<usize> {
     let id = id as usize;
     match id.checked_sub(ns) {
         None => (!pool.swaps.is_empty()).then_some(id),
-        Some(r) => (!pool.recomputes.is_empty()).then_some(pool.swaps.len() + r),
+        Some(r) => (r < pool.recomputes.len()).then_some(pool.swaps.len() + r),
     }
 }
 
@@ -143,9 +144,10 @@ pub fn choose_with(
 }
 
 /// [`choose_with`] on a prebuilt index of `pool`, or of a pool with the
-/// same swaps and recomputes of which `pool` may leave out either kind (its
-/// entries are then never valid: the choices are the same as on an index of
-/// `pool` alone, as every entry keeps its tree nodes and its order). The
+/// same swaps and recomputes of which `pool` may leave out either kind, or
+/// the recomputes after a prefix (their entries are then never valid: the
+/// choices are the same as on an index of `pool` alone, as every entry
+/// keeps its tree nodes and its order, ties going to the lower id). The
 /// entries are restored first, so one index serves any number of runs.
 pub fn choose_indexed(
     ctx: &Ctx<'_>,
@@ -155,7 +157,7 @@ pub fn choose_indexed(
     guide: Guide<'_>,
 ) -> Chosen {
     debug_assert!(pool.swaps.is_empty() || pool.swaps.len() == ix.ns);
-    debug_assert!(pool.recomputes.is_empty() || pool.recomputes.len() == ix.score.len() - ix.ns);
+    debug_assert!(pool.recomputes.len() <= ix.score.len() - ix.ns);
     ix.stab.reset();
     let (stab, score, ix_ns) = (&mut ix.stab, &ix.score, ix.ns);
     let n_options = pool.swaps.len() + pool.recomputes.len();

@@ -98,6 +98,7 @@ pub mod memtree;
 pub mod options;
 pub mod partition;
 pub mod planner;
+pub mod rebuild;
 pub mod release;
 pub mod select;
 pub mod stab;

@@ -17,7 +17,9 @@
 //! - `hybrid`: the fastest plan that fits among the greedy choosing between
 //!   swap and recompute at every step (bytes freed per second of estimated
 //!   cost; swap-outs queued on the device-to-host engine, recomputes fed by
-//!   swapped-in checkpoints), the recompute plan, Chen's plan, the
+//!   swapped-in checkpoints), the same greedy with backward tensors rebuilt
+//!   from small inputs among its options too (`rebuild.rs`; graphs up to
+//!   `grid_max_nodes`), the recompute plan, Chen's plan, the
 //!   "blocks" plans (every span of one or two cut segments recomputed from
 //!   its checkpoint, `keras.remat` around each block chosen from the
 //!   structure), and the published loop started from the `swap` plan and
@@ -25,8 +27,10 @@
 //!   strategy.
 //!
 //! # Complexity
-//! Option building O(T + E log E + N); each greedy run O((S + R) log^2 N);
-//! at most `2 * (max_rounds + RAISED_TARGETS)` greedy runs per budget loop
+//! Option building O(T + E log E + N), plus O(C log C + C * d) for the
+//! rebuilt backward tensors of `hybrid` (`rebuild.rs`, C candidates, d the
+//! largest in-degree); each greedy run O((S + R) log^2 N); at most
+//! `2 * (max_rounds + RAISED_TARGETS)` greedy runs per budget loop
 //! (with the queue check, then without it if that found no plan) and
 //! `max_evals` extra simulations, each O(simulate). Chen's and the blocks
 //! plans: O(T + N) each to build (the spans partition the forward ops), one
@@ -44,6 +48,7 @@ use super::options::{
     recompute_options as unit_options, swap_option, Ctx, RecomputeOpt, SpanRule, SwapOpt, Work,
 };
 use super::partition::partition;
+use super::rebuild::small_input_units;
 use super::select::Selection;
 use super::tflms::{tflms_plan, TflmsParams};
 use super::{Plan, Recompute, Swap, SwapIn};
@@ -116,7 +121,8 @@ pub struct PlanOptions {
     /// TFLMS parameters, judged by the simulator.
     pub tflms: Option<TflmsParams>,
     /// Graphs with more nodes than this skip the TFLMS grid (each point is
-    /// one simulation).
+    /// one simulation) and `hybrid`'s plan with rebuilt backward tensors
+    /// (one more budget loop).
     pub grid_max_nodes: usize,
     /// Which ops the planners may touch (`select.rs`); empty: all.
     pub selection: Selection,
@@ -165,7 +171,11 @@ pub struct Planner<'a> {
     cands: Vec<SwapCandidate>,
     swaps: Vec<SwapOpt>,
     swap_tensor: Vec<u32>,
+    /// The recompute options: those of forward units first (`base_recs`
+    /// of them), then, for `hybrid`, those rebuilding backward tensors
+    /// from small inputs (`rebuild.rs`).
     recs: Vec<RecomputeOpt>,
+    base_recs: usize,
     evals: std::cell::Cell<u32>,
     /// Every plan judged so far, with its verdict (`judge`).
     judged: std::cell::RefCell<Vec<(Plan, Verdict)>>,
@@ -209,8 +219,18 @@ impl<'a> Planner<'a> {
         }
         let cuts = cut_segments(ctx.g, ctx.s, ctx.l, opts.min_bytes);
         let mut recs = recompute_options(ctx, &cands, &cuts);
+        let base_recs = recs.len();
+        // Only `hybrid` plans with the rebuilt tensors, and only on graphs
+        // small enough for its extra candidate plan (`hybrid`).
+        if opts.strategy == Strategy::Hybrid && ctx.g.num_nodes() <= opts.grid_max_nodes {
+            let first = recs.iter().map(|r| r.unit + 1).max().unwrap_or(0);
+            recs.extend(rebuild_options(ctx, &cands, opts.min_bytes, first));
+        }
+        let mut base_recs = base_recs;
         if let Some(m) = &selected {
-            recs.retain(|r| r.clones.iter().all(|&v| m[v as usize]));
+            let keep = |r: &RecomputeOpt| r.clones.iter().all(|&v| m[v as usize]);
+            base_recs = recs[..base_recs].iter().filter(|r| keep(r)).count();
+            recs.retain(keep);
         }
         Ok(Planner {
             ctx,
@@ -220,6 +240,7 @@ impl<'a> Planner<'a> {
             swaps,
             swap_tensor,
             recs,
+            base_recs,
             evals: 0.into(),
             judged: Default::default(),
             tflms_memo: std::cell::OnceCell::new(),
@@ -256,7 +277,7 @@ impl<'a> Planner<'a> {
         }
         let result = match self.opts.strategy {
             Strategy::Swap => self.swap(),
-            Strategy::Recompute => self.fit(false, true, "recompute"),
+            Strategy::Recompute => self.fit(false, Recs::Base, "recompute"),
             Strategy::Chen => self.chen(),
             Strategy::HybridPaper => self.tflms_tuned().and_then(|p| self.paper(p)),
             Strategy::Tflms => self.tflms_tuned(),
@@ -295,8 +316,15 @@ impl<'a> Planner<'a> {
 
     fn hybrid(&self) -> Option<Planned> {
         let mut best: Option<Planned> = None;
-        keep_faster(&mut best, self.fit(true, true, "hybrid"));
-        keep_faster(&mut best, self.fit(false, true, "recompute"));
+        keep_faster(&mut best, self.fit(true, Recs::Base, "hybrid"));
+        // The same greedy with the rebuilt backward tensors too: a
+        // candidate of its own, so that `hybrid` keeps every plan it had
+        // without them (the greedy takes these cheap options first at a
+        // peak, and may then need the others all the same).
+        if self.recs.len() > self.base_recs {
+            keep_faster(&mut best, self.fit(true, Recs::All, "hybrid"));
+        }
+        keep_faster(&mut best, self.fit(false, Recs::Base, "recompute"));
         keep_faster(&mut best, self.swap().and_then(|p| self.paper(p)));
         if self.opts.tflms.is_none() && self.ctx.g.num_nodes() <= self.opts.grid_max_nodes {
             keep_faster(&mut best, self.tflms_tuned().and_then(|p| self.paper(p)));
@@ -444,7 +472,7 @@ impl<'a> Planner<'a> {
         if self.opts.tflms.is_some() {
             return self.tflms_tuned().map(|p| self.renamed(p, "swap"));
         }
-        let mut best = self.fit(true, false, "swap");
+        let mut best = self.fit(true, Recs::None, "swap");
         if let Some(t) = self.tflms_tuned() {
             if best
                 .as_ref()
@@ -498,12 +526,16 @@ impl<'a> Planner<'a> {
     /// The budget loop around the greedy: swaps checked against the
     /// device-to-host queue first; if that finds no plan, without the check
     /// (the position model is pessimistic where stalls slow the step).
-    fn fit(&self, swap: bool, rec: bool, who: &'static str) -> Option<Planned> {
+    fn fit(&self, swap: bool, recs: Recs, who: &'static str) -> Option<Planned> {
         let pool = Pool {
             cands: &self.cands,
             swaps: if swap { &self.swaps } else { &[] },
             tensor_of_swap: if swap { &self.swap_tensor } else { &[] },
-            recomputes: if rec { &self.recs } else { &[] },
+            recomputes: match recs {
+                Recs::None => &[],
+                Recs::Base => &self.recs[..self.base_recs],
+                Recs::All => &self.recs,
+            },
         };
         // One index serves every greedy run of both loops; `hybrid`, which
         // fits with swaps, recomputes and both, shares one of all options.
@@ -710,7 +742,7 @@ impl<'a> Planner<'a> {
             })
             .collect();
         let mut scored: Vec<(u64, usize)> = Vec::new();
-        for (i, r) in self.recs.iter().enumerate() {
+        for (i, r) in self.recs[..self.base_recs].iter().enumerate() {
             let bytes: u64 = r.saved.iter().filter_map(|(t, _)| swapped.get(t)).sum();
             if bytes > 0 {
                 scored.push((bytes, i));
@@ -832,6 +864,34 @@ fn recompute_options(ctx: &Ctx<'_>, cands: &[SwapCandidate], cuts: &Cuts) -> Vec
     work.take()
 }
 
+/// Recompute options of the backward tensors rebuilt from small inputs
+/// (`rebuild.rs`), their units numbered from `first`.
+///
+/// # Complexity
+/// As [`small_input_units`], plus O(sum of unit sizes) = O(MAX_OPS * C)
+/// to place them.
+fn rebuild_options(
+    ctx: &Ctx<'_>,
+    cands: &[SwapCandidate],
+    min_bytes: u64,
+    first: usize,
+) -> Vec<RecomputeOpt> {
+    let gap_of = gap_index(ctx, cands);
+    let mut work = Work::new(ctx.g.num_nodes());
+    for (k, nodes) in small_input_units(ctx, cands, min_bytes).iter().enumerate() {
+        unit_options(
+            ctx,
+            first + k,
+            nodes,
+            SpanRule::ANY,
+            cands,
+            &gap_of,
+            &mut work,
+        );
+    }
+    work.take()
+}
+
 /// Per tensor: the index into `cands` of the candidate whose late readers
 /// read it (an owner, or the alias of one the late readers read), `NONE`
 /// for the others. A recompute frees an alias candidate's buffer only when
@@ -845,6 +905,16 @@ fn gap_index(ctx: &Ctx<'_>, cands: &[SwapCandidate]) -> Vec<u32> {
         gap_of[c.tensor as usize] = i as u32;
     }
     gap_of
+}
+
+/// Which recompute options a greedy pool holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Recs {
+    None,
+    /// Those of forward units (`Planner::base_recs`).
+    Base,
+    /// Those and the rebuilt backward tensors (`rebuild.rs`).
+    All,
 }
 
 /// Keeps the faster of `best` and `p` (ties: `best`).
