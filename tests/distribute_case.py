@@ -177,7 +177,13 @@ def distributed_device_model() -> dict:
 def _kinds(summary):
     if summary is None:
         return []
-    return [("swap_out", summary.swap_out), ("swap_in", summary.swap_in), ("clone", summary.clones)]
+    return [
+        ("swap_out", summary.swap_out),
+        ("swap_in", summary.swap_in),
+        ("clone", summary.clones),
+        ("gate", summary.gates),
+        ("keeper", summary.keepers),
+    ]
 
 
 def _collectives_cloned(dt, rp) -> int:
