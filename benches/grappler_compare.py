@@ -275,6 +275,30 @@ def grappler_counts(original: Any, out: Any) -> dict[str, int]:
 # --------------------------------------------------------------------------- simulated plans
 
 
+def _last_original(name: str, by_name: dict[str, Any], rank: dict[str, int], memo: dict) -> int:
+    """The largest ``rank`` among the original nodes an added node waits for (data and
+    control inputs), through any chain of added nodes; -1 if none. Iterative (chains
+    can be long), memoised in ``memo``: O(added nodes + their inputs) over all calls."""
+    stack = [name]
+    while stack:
+        cur = stack[-1]
+        if cur in memo:
+            stack.pop()
+            continue
+        if cur in rank:
+            memo[cur] = rank[cur]
+            stack.pop()
+            continue
+        preds = [_node_name(i) for i in by_name[cur].input]
+        todo = [q for q in preds if q not in memo and q not in rank]
+        if todo:
+            stack.extend(todo)
+            continue
+        memo[cur] = max((memo.get(q, rank.get(q, -1)) for q in preds), default=-1)
+        stack.pop()
+    return memo[name]
+
+
 def _add_count(skipped: dict[str, int], what: str) -> None:
     skipped[what] = skipped.get(what, 0) + 1
 
@@ -305,25 +329,13 @@ def grappler_plan(problem: dict, out: Any) -> tuple[dict, dict[str, int]]:
         pos[v] = p
     by_name = {n.name: n for n in out.node}
     skipped: dict[str, int] = {}
+    pos_of = {n["name"]: pos[i] for i, n in enumerate(nodes)}
     trig_memo: dict[str, int] = {}
 
     def trigger(name: str) -> int:
         """The original node an added node waits for last (-1: none)."""
-        stack = [name]
-        while stack:
-            cur = stack[-1]
-            if cur in trig_memo:
-                stack.pop()
-                continue
-            preds = [_node_name(i) for i in by_name[cur].input]
-            todo = [q for q in preds if q not in id_of and q not in trig_memo]
-            if todo:
-                stack.extend(todo)
-                continue
-            cands = [id_of[q] if q in id_of else trig_memo[q] for q in preds]
-            trig_memo[cur] = max((v for v in cands if v >= 0), key=lambda v: pos[v], default=-1)
-            stack.pop()
-        return trig_memo[name]
+        p = _last_original(name, by_name, pos_of, trig_memo)
+        return problem["order"][p] if p >= 0 else -1
 
     readers: dict[str, list[int]] = collections.defaultdict(list)
     clone_reads: dict[str, set[int]] = collections.defaultdict(set)  # added node -> clones
@@ -466,24 +478,7 @@ def device_view(original: Any, rewritten: Any, host_out: set[str], device_in: se
     base: dict[str, int] = {}
 
     def base_of(name: str) -> int:
-        stack = [name]
-        while stack:  # iterative: chains of added nodes can be long
-            cur = stack[-1]
-            if cur in base:
-                stack.pop()
-                continue
-            if cur in order:
-                base[cur] = order[cur]
-                stack.pop()
-                continue
-            preds = [_node_name(i) for i in by_name[cur].input]
-            todo = [p for p in preds if p not in base and p not in order]
-            if todo:
-                stack.extend(todo)
-                continue
-            base[cur] = max((base.get(p, order.get(p, -1)) for p in preds), default=-1)
-            stack.pop()
-        return base[name]
+        return _last_original(name, by_name, order, base)
 
     keyed = []
     for seq, n in enumerate(rewritten.node):

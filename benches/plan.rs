@@ -55,14 +55,7 @@ use criterion::measurement::WallTime;
 
 const DEVICE: &str = "v100-nvlink2";
 
-const STRATEGIES: [Strategy; 6] = [
-    Strategy::Tflms,
-    Strategy::Swap,
-    Strategy::Recompute,
-    Strategy::Chen,
-    Strategy::HybridPaper,
-    Strategy::Hybrid,
-];
+const STRATEGIES: [Strategy; 6] = Strategy::ALL;
 
 /// The synthetic sizes: 10^3..10^5, and 10^6 when `HYBRIDPLAN_BENCH_1E6=1`.
 fn sizes() -> Vec<(&'static str, usize)> {

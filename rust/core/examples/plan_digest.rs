@@ -20,14 +20,7 @@ use hybridplan_core::device::preset;
 use hybridplan_core::plan::planner::{PlanOptions, Strategy};
 use hybridplan_core::synth::{self, SynthKind, SynthSpec};
 
-const STRATEGIES: [Strategy; 6] = [
-    Strategy::Tflms,
-    Strategy::Swap,
-    Strategy::Recompute,
-    Strategy::Chen,
-    Strategy::HybridPaper,
-    Strategy::Hybrid,
-];
+const STRATEGIES: [Strategy; 6] = Strategy::ALL;
 
 fn parse(arg: &str) -> Option<(SynthKind, usize, Option<&str>)> {
     let mut parts = arg.split(':');

@@ -70,6 +70,16 @@ pub enum Strategy {
 }
 
 impl Strategy {
+    /// Every strategy, in the order the reports and benchmarks list them.
+    pub const ALL: [Strategy; 6] = [
+        Strategy::Tflms,
+        Strategy::Swap,
+        Strategy::Recompute,
+        Strategy::Chen,
+        Strategy::HybridPaper,
+        Strategy::Hybrid,
+    ];
+
     pub fn name(self) -> &'static str {
         match self {
             Strategy::Tflms => "tflms",
