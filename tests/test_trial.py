@@ -155,6 +155,52 @@ def test_rewrite_needs_no_graph_search_when_the_plan_says_what_clones_read():
     )
 
 
+def test_rebuilt_backward_broadcasts_stay_bit_identical():
+    """``hybrid`` may rebuild a backward tensor from small inputs (plan/rebuild.rs): a
+    batch-norm moment gradient's ``Tile`` and the ``RealDiv`` reading it, cloned just
+    before their late reader. Such clones of backward ops, built here by hand on the
+    small ResNet (no plan for a CPU-sized model chooses them), compute the same bits."""
+    import tensorflow as tf
+
+    from hybridplan.analysis import analyze
+    from hybridplan.measuring import measure
+    from hybridplan.rewriting import rewrite_with_summary
+
+    w = models.build("small_resnet")
+    traced = w.trace()
+    gd = traced.graph_def
+    order = list(analyze(traced).order)
+    pos = {v: i for i, v in enumerate(order)}
+    readers: dict[str, list[int]] = {}
+    for i, n in enumerate(gd.node):
+        for text in n.input:
+            if not text.startswith("^"):
+                readers.setdefault(text.split(":")[0], []).append(i)
+    recomputes = []
+    for i, n in enumerate(gd.node):
+        if n.op != "Tile" or "gradient_tape" not in n.name or len(readers[n.name]) != 1:
+            continue
+        (div,) = readers[n.name]
+        late = max(readers.get(gd.node[div].name, []), key=pos.get, default=None)
+        if gd.node[div].op != "RealDiv" or late is None or pos[late] - 1 <= pos[div]:
+            continue
+        trigger = order[pos[late] - 1]
+        recomputes.append({"nodes": [i, div], "trigger": trigger, "consumers": [late]})
+    assert len(recomputes) >= 2
+    out = rewrite_with_summary(gd, {"swaps": [], "recomputes": recomputes}, target="cpu-emulation")
+    saved = tf.config.optimizer.get_experimental_options()
+    tf.config.optimizer.set_experimental_options({"arithmetic_optimization": False})
+    try:
+        base = measure(traced, None, w.batch, steps=3)
+        new = measure(traced, out.graph_def, w.batch, steps=3)
+    finally:
+        tf.config.optimizer.set_experimental_options(
+            {"arithmetic_optimization": saved.get("arithmetic_optimization", True)}
+        )
+    assert all(np.array_equal(x, y) for x, y in zip(base.losses, new.losses, strict=True))
+    assert all(np.array_equal(x, y) for x, y in zip(base.weights, new.weights, strict=True))
+
+
 @pytest.mark.slow
 def test_a_keras_application_recomputed_stays_bit_identical():
     """EfficientNetB0 with 200 clones: the same fusion question on a real model."""
