@@ -7,11 +7,10 @@ budget, and the budget can be well below the original's peak.
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 
 from hybridplan import models
-from hybridplan.trial import trial
+from hybridplan.trial import same_bits, side_by_side, trial
 
 
 def test_measured_peak_within_budget_and_below_60_percent():
@@ -83,11 +82,9 @@ def test_a_recompute_never_reads_a_tensor_fused_away():
     reading the ``Conv2D`` output (its only reader is the ``BiasAdd``) would stop the
     original's fusion. The planner starts such a recompute at the convolution instead
     (``plan/options.rs``, ``fused_away``)."""
-    import tensorflow as tf
 
     from hybridplan.analysis import analyze
     from hybridplan.applying import apply
-    from hybridplan.measuring import measure
     from hybridplan.planning import device_model
 
     w = _elu_cnn()
@@ -97,17 +94,7 @@ def test_a_recompute_never_reads_a_tensor_fused_away():
     budget = a.persistent_bytes + int(a.activation_peak_bytes * 0.85)
     r = apply(traced, budget, strategy="hybrid", device=slow, target="cpu-emulation")
     assert r.report["inserted"]["clones"] > 0
-    saved = tf.config.optimizer.get_experimental_options()
-    tf.config.optimizer.set_experimental_options({"arithmetic_optimization": False})
-    try:
-        base = measure(traced, None, w.batch, steps=3)
-        new = measure(traced, r.graph_def, w.batch, steps=3)
-    finally:
-        tf.config.optimizer.set_experimental_options(
-            {"arithmetic_optimization": saved.get("arithmetic_optimization", True)}
-        )
-    assert all(np.array_equal(x, y) for x, y in zip(base.losses, new.losses, strict=True))
-    assert all(np.array_equal(x, y) for x, y in zip(base.weights, new.weights, strict=True))
+    assert same_bits(*side_by_side(traced, r.graph_def, w.batch))
 
 
 def test_verify_accepts_clones_fused_like_their_originals():
@@ -160,10 +147,8 @@ def test_rebuilt_backward_broadcasts_stay_bit_identical():
     batch-norm moment gradient's ``Tile`` and the ``RealDiv`` reading it, cloned just
     before their late reader. Such clones of backward ops, built here by hand on the
     small ResNet (no plan for a CPU-sized model chooses them), compute the same bits."""
-    import tensorflow as tf
 
     from hybridplan.analysis import analyze
-    from hybridplan.measuring import measure
     from hybridplan.rewriting import rewrite_with_summary
 
     w = models.build("small_resnet")
@@ -188,17 +173,7 @@ def test_rebuilt_backward_broadcasts_stay_bit_identical():
         recomputes.append({"nodes": [i, div], "trigger": trigger, "consumers": [late]})
     assert len(recomputes) >= 2
     out = rewrite_with_summary(gd, {"swaps": [], "recomputes": recomputes}, target="cpu-emulation")
-    saved = tf.config.optimizer.get_experimental_options()
-    tf.config.optimizer.set_experimental_options({"arithmetic_optimization": False})
-    try:
-        base = measure(traced, None, w.batch, steps=3)
-        new = measure(traced, out.graph_def, w.batch, steps=3)
-    finally:
-        tf.config.optimizer.set_experimental_options(
-            {"arithmetic_optimization": saved.get("arithmetic_optimization", True)}
-        )
-    assert all(np.array_equal(x, y) for x, y in zip(base.losses, new.losses, strict=True))
-    assert all(np.array_equal(x, y) for x, y in zip(base.weights, new.weights, strict=True))
+    assert same_bits(*side_by_side(traced, out.graph_def, w.batch))
 
 
 @pytest.mark.slow

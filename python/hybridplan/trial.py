@@ -15,7 +15,7 @@ import numpy as np
 
 from .errors import InvalidArgumentError
 
-__all__ = ["Trial", "trial"]
+__all__ = ["Trial", "same_bits", "side_by_side", "trial"]
 
 #: Default budget: persistent bytes plus this fraction of the original's
 #: activation peak.
@@ -83,7 +83,6 @@ def trial(
     """
     from .analysis import analyze
     from .applying import apply
-    from .measuring import measure
 
     if budget is not None and fraction is not None:
         raise InvalidArgumentError("give a budget or a fraction, not both")
@@ -103,19 +102,7 @@ def trial(
         min_bytes=min_bytes,
         **plan_options,
     )
-    import tensorflow as tf
-
-    # Bit-identity holds with Grappler's arithmetic optimizer off on both
-    # sides (docs/how-it-works.md, "Numerics"); restored afterwards.
-    saved = tf.config.optimizer.get_experimental_options()
-    tf.config.optimizer.set_experimental_options({"arithmetic_optimization": False})
-    try:
-        base = measure(traced, None, workload.batch, steps=steps)
-        new = measure(traced, r.graph_def, workload.batch, steps=steps)
-    finally:
-        tf.config.optimizer.set_experimental_options(
-            {"arithmetic_optimization": saved.get("arithmetic_optimization", True)}
-        )
+    base, new = side_by_side(traced, r.graph_def, workload.batch, steps)
     return Trial(
         plan=r.plan,
         inserted=r.report["inserted"],
@@ -126,6 +113,32 @@ def trial(
         same_losses=_equal(base.losses, new.losses),
         same_weights=_equal(base.weights, new.weights),
     )
+
+
+def side_by_side(traced: Any, graph_def: Any, batches: Any, steps: int = 3) -> tuple[Any, Any]:
+    """The :func:`hybridplan.measure` results of the original step and of ``graph_def``
+    on the same batches, with Grappler's arithmetic optimizer off on both sides (bit-
+    identity holds only then, docs/how-it-works.md, "Numerics"; the process's setting
+    is restored afterwards)."""
+    import tensorflow as tf
+
+    from .measuring import measure
+
+    saved = tf.config.optimizer.get_experimental_options()
+    tf.config.optimizer.set_experimental_options({"arithmetic_optimization": False})
+    try:
+        base = measure(traced, None, batches, steps=steps)
+        new = measure(traced, graph_def, batches, steps=steps)
+    finally:
+        tf.config.optimizer.set_experimental_options(
+            {"arithmetic_optimization": saved.get("arithmetic_optimization", True)}
+        )
+    return base, new
+
+
+def same_bits(base: Any, new: Any) -> bool:
+    """Whether two measured runs gave the same losses and weights, bit for bit."""
+    return _equal(base.losses, new.losses) and _equal(base.weights, new.weights)
 
 
 def _equal(xs: list, ys: list) -> bool:
