@@ -85,9 +85,13 @@ def test_swapping_activations_lowers_the_measured_device_peak(mlp):
     assert swapped_bytes in swapped.step_peaks[host] or max(swapped.step_peaks[host]) >= (
         swapped_bytes // 3
     )
-    # The executor's schedule varies from run to run: compare medians.
+    # The executor's schedule varies from run to run: compare medians. Usually 0.59 of
+    # the original (10.5 against 17.7 MB); one full-suite run in five measured 0.83 in
+    # all three Sessions (the CPU executor defers ready kernels, docs/accuracy.md
+    # finding 11), so the bound leaves room for that and still fails a swap that
+    # frees nothing.
     base_median = np.median(base.step_peaks[device])
-    assert np.median(swapped.step_peaks[device]) < 0.75 * base_median
+    assert np.median(swapped.step_peaks[device]) < 0.85 * base_median
     print(
         f"\nMLP {LAYERS}x{WIDTH}, batch {BATCH}: device peak original "
         f"{base.step_peaks[device]} B, swapped {swapped.step_peaks[device]} B, "
