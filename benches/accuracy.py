@@ -298,13 +298,16 @@ def run_workload(b: Bench, steps: int, explain: bool, plans: bool = True) -> Row
 #: allocated nothing). ``SparseSoftmaxCrossEntropyWithLogits`` writes its backprop (output
 #: 1) into the logits (input 0).
 FORWARDING = {
-    "Abs", "Add", "AddN", "AddV2", "BiasAdd", "Div", "DivNoNan", "Elu", "EluGrad", "Erf",
-    "Erfc", "Exp", "Expm1", "Floor", "LeakyRelu", "LeakyReluGrad", "Log", "Log1p",
-    "Maximum", "Minimum", "Mul", "MulNoNan", "Neg", "Pow", "RealDiv", "Reciprocal", "Relu",
-    "Relu6", "Relu6Grad", "ReluGrad", "Rsqrt", "RsqrtGrad", "Select", "SelectV2", "Selu",
-    "Sigmoid", "SigmoidGrad", "Sign", "Softmax", "Softplus", "SoftplusGrad", "Sqrt",
-    "SqrtGrad", "Square", "SquaredDifference", "Sub", "Tanh", "TanhGrad", "Xlogy",
-    "SparseSoftmaxCrossEntropyWithLogits",
+    "Neg", "Abs", "Sign", "Square", "Relu", "Relu6", "LeakyRelu", "Elu", "Selu", "Floor",
+    "Ceil", "Round", "Rint", "Rsqrt", "Sqrt", "Reciprocal", "Inv", "Exp", "Expm1", "Log",
+    "Log1p", "Tanh", "Sigmoid", "Erf", "Erfc", "Softplus", "Softsign", "Sin", "Cos", "Tan",
+    "Atan", "Lgamma", "Digamma", "LogicalNot", "ClipByValue", "BiasAdd", "BiasAddV1",
+    "Softmax", "LogSoftmax", "Add", "AddV2", "Sub", "Mul", "Maximum", "Minimum", "RealDiv",
+    "Div", "DivNoNan", "MulNoNan", "Xdivy", "Xlogy", "Pow", "Atan2", "FloorMod", "FloorDiv",
+    "Mod", "SquaredDifference", "LogicalAnd", "LogicalOr", "ReluGrad", "Relu6Grad",
+    "LeakyReluGrad", "EluGrad", "SeluGrad", "SoftplusGrad", "SoftsignGrad", "TanhGrad",
+    "SigmoidGrad", "RsqrtGrad", "SqrtGrad", "ReciprocalGrad", "AddN", "AccumulateNV2",
+    "Select", "SelectV2", "SparseSoftmaxCrossEntropyWithLogits",
 }  # fmt: skip
 #: ``opkind::aliased_input`` of the core: outputs that are their input's buffer.
 ALIASING = {
@@ -523,7 +526,7 @@ def explain_peak(b: Bench, a: Any, steps: int = 3, top: int = 8) -> Explained:
     """
     rep = Replica(b.traced)
     lowest = [int(v) for v in a.order]
-    base_timeline, _ = rep.liveness(lowest)
+    base_timeline, _ = rep.liveness(lowest, forward=True)
     if int(base_timeline.max()) != a.activation_peak_bytes:
         raise AssertionError(
             f"the replica's peak {int(base_timeline.max())} differs from analyze's "
@@ -587,7 +590,7 @@ def explain_peak(b: Bench, a: Any, steps: int = 3, top: int = 8) -> Explained:
     if not running:  # between two nodes: the one that started last
         running = [max((v for v in start if start[v] <= at), key=lambda v: start[v])]
     p_star = max(pos[v] for v in running)
-    _, intervals, owner = rep.liveness(lowest, with_owner=True)
+    _, intervals, owner = rep.liveness(lowest, forward=True, with_owner=True)
     model_live = {t: n for t, (n, p, q) in intervals.items() if n and p <= p_star <= q}
     taken_over = _forwarded_buffers(rep, start, allocating)
     held: dict[tuple[int, int], int] = {}  # model owner tensor -> bytes held at the peak

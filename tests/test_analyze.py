@@ -37,17 +37,36 @@ def test_input_is_not_modified():
 
 
 def _reference_peak(gd: graph_pb2.GraphDef, sizes: dict[str, int]) -> int:
-    """Independent liveness: GraphDef order, buffers freed after the last reader."""
+    """Independent liveness: GraphDef order, buffers freed after the last reader; a
+    ``Relu``/``ReluGrad`` that is the last reader of an input's buffer of its size
+    (not a fed input's or a constant's, read once) writes its output into it."""
     pos = {n.name: i for i, n in enumerate(gd.node)}
-    last = {name: pos[name] for name in sizes}
+    ops = {n.name: n.op for n in gd.node}
+    reads = {n.name: [i.split(":")[0] for i in n.input if not i.startswith("^")] for n in gd.node}
+    buf = {name: name for name in sizes}
+
+    def last(b: str) -> int:
+        mine = {name for name in buf if buf[name] == b}
+        return max([pos[b]] + [pos[r] for r in reads if mine.intersection(reads[r])])
+
     for n in gd.node:
-        for inp in n.input:
-            if not inp.startswith("^"):
-                src = inp.split(":")[0]
-                last[src] = max(last[src], pos[n.name])
+        if n.op not in ("Relu", "ReluGrad"):
+            continue
+        for src in reads[n.name]:
+            b = buf[src]
+            if (
+                ops[b] not in ("Placeholder", "Const")
+                and sizes[b] == sizes[n.name]
+                and last(b) == pos[n.name]
+                and [buf[r] for r in reads[n.name]].count(b) == 1
+            ):
+                buf[n.name] = b
+                break
+    owners = [name for name in sizes if buf[name] == name]
+    ends = {b: last(b) for b in owners}
     peak = 0
     for i in range(len(gd.node)):
-        live = sum(b for name, b in sizes.items() if pos[name] <= i <= last[name])
+        live = sum(sizes[b] for b in owners if pos[b] <= i <= ends[b])
         peak = max(peak, live)
     return peak
 

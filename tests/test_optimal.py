@@ -1,7 +1,9 @@
 """strategy='optimal': the exact solver agrees with the simulator and beats every heuristic.
 
 Runs the real solver (HiGHS through scipy) on small training-shaped graphs
-(``benches/small_graphs.py``); about 30 s in all.
+(``benches/small_graphs.py``); about 30 s in all. The comparisons run in the
+formulation's memory model (``separate_buffers=True``: no in-place forwarding),
+where the optimum is exact.
 """
 
 from __future__ import annotations
@@ -35,14 +37,16 @@ CASES = [
 
 def _graph(fam: str, size: int, seed: int) -> tuple[bytes, str, int]:
     _, data, loss = small_graphs.family(fam, size, seed)
-    return data, loss, hybridplan.analyze(data, loss=loss).peak_bytes
+    return data, loss, hybridplan.analyze(data, loss=loss, separate_buffers=True).peak_bytes
 
 
 @pytest.mark.parametrize(("fam", "size", "seed", "frac"), CASES)
 def test_optimum_is_what_the_simulator_predicts_and_no_heuristic_beats_it(fam, size, seed, frac):
     data, loss, peak = _graph(fam, size, seed)
     budget = int(peak * frac)
-    p = hybridplan.plan(data, budget, strategy="optimal", device=DEVICE, loss=loss)
+    p = hybridplan.plan(
+        data, budget, strategy="optimal", device=DEVICE, loss=loss, separate_buffers=True
+    )
     solver = p.report["optimal"]
     assert solver["status"] == "optimal"
     # The formulation and the simulator agree (within 1%).
@@ -51,7 +55,9 @@ def test_optimum_is_what_the_simulator_predicts_and_no_heuristic_beats_it(fam, s
     assert not p.is_empty
     for s in HEURISTICS:
         try:
-            h = hybridplan.plan(data, budget, strategy=s, device=DEVICE, loss=loss)
+            h = hybridplan.plan(
+                data, budget, strategy=s, device=DEVICE, loss=loss, separate_buffers=True
+            )
         except BudgetError:
             continue
         assert p.planned.step_time_s <= h.planned.step_time_s * (1 + 1e-6), s
@@ -60,7 +66,9 @@ def test_optimum_is_what_the_simulator_predicts_and_no_heuristic_beats_it(fam, s
 def test_optimal_plan_round_trips_through_the_plan_format():
     data, loss, peak = _graph("dag", 1, 0)
     budget = int(peak * 0.8)
-    p = hybridplan.plan(data, budget, strategy="optimal", device=DEVICE, loss=loss)
+    p = hybridplan.plan(
+        data, budget, strategy="optimal", device=DEVICE, loss=loss, separate_buffers=True
+    )
     spec = p.rewrite_spec()
     assert spec["swaps"] or spec["recomputes"]
     # The decisions, fed back to the simulator, predict the same figures.
@@ -73,7 +81,9 @@ def test_optimal_plan_round_trips_through_the_plan_format():
             "recomputes": spec["recomputes"],
         }
     )
-    again = _core.simulate_plan(data, plan_json, budget, "optimal", DEVICE, None, loss)
+    again = _core.simulate_plan(
+        data, plan_json, budget, "optimal", DEVICE, None, loss, separate_buffers=True
+    )
     assert json.loads(again.report_json)["planned"] == p.report["planned"]
 
 
@@ -84,6 +94,21 @@ def _tensor_id(data: bytes, loss: str, node: int, output: int) -> int:
 
 def _ins(s: dict) -> dict:
     return {"after": s["after"], "ins": s["ins"]}
+
+
+def test_the_optimum_fits_the_default_memory_model_too():
+    # In-place forwarding only ever shares buffers: the formulation's plan, judged with
+    # it, peaks no higher than the formulation says.
+    data, loss, peak = _graph("residual", 1, 0)
+    budget = int(peak * 0.8)
+    exact = hybridplan.plan(
+        data, budget, strategy="optimal", device=DEVICE, loss=loss, separate_buffers=True
+    )
+    p = hybridplan.plan(data, budget, strategy="optimal", device=DEVICE, loss=loss)
+    assert p.report["optimal"]["separate_buffers"] is True
+    assert p.rewrite_spec() == exact.rewrite_spec()
+    assert p.planned.peak_bytes <= exact.planned.peak_bytes <= budget
+    assert p.original.peak_bytes < exact.original.peak_bytes
 
 
 def test_a_budget_below_reach_is_a_budget_error():

@@ -44,7 +44,10 @@ class CoreAnalysis:
     def live_at_peak(self, k: int) -> list[tuple[str, int, str, list[int], str]]: ...
 
 def analyze(
-    data: bytes, loss: str | None = None, persistent_bytes: int | None = None
+    data: bytes,
+    loss: str | None = None,
+    persistent_bytes: int | None = None,
+    separate_buffers: bool = False,
 ) -> CoreAnalysis: ...
 
 @final
@@ -68,6 +71,7 @@ def plan(
     profile: list[tuple[int, float]] | None = None,
     tflms: tuple[int, int, int] | None = None,
     select: tuple[list[str], list[str], list[str], list[str]] | None = None,
+    separate_buffers: bool = False,
 ) -> CorePlan: ...
 def device_preset(name: str) -> str: ...
 def device_presets() -> list[str]: ...
@@ -82,6 +86,7 @@ def export_problem(
     persistent_bytes: int | None = None,
     min_bytes: int = 65536,
     profile: list[tuple[int, float]] | None = None,
+    separate_buffers: bool = False,
 ) -> str: ...
 def simulate_plan(
     data: bytes,
@@ -93,4 +98,5 @@ def simulate_plan(
     loss: str | None = None,
     persistent_bytes: int | None = None,
     profile: list[tuple[int, float]] | None = None,
+    separate_buffers: bool = False,
 ) -> CorePlan: ...

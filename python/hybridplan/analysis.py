@@ -102,7 +102,11 @@ class Analysis:
 
 
 def analyze(
-    graph: GraphLike, *, loss: str | None = None, persistent_bytes: int | None = None
+    graph: GraphLike,
+    *,
+    loss: str | None = None,
+    persistent_bytes: int | None = None,
+    separate_buffers: bool = False,
 ) -> Analysis:
     """Analyses the device memory of a training step.
 
@@ -112,6 +116,10 @@ def analyze(
         loss: the loss tensor (``"node:0"``); inferred when omitted.
         persistent_bytes: bytes of variables and optimizer slots; read from
             the graph when omitted.
+        separate_buffers: give every output a buffer of its own. By default the
+            model follows TensorFlow's in-place forwarding: an element-wise op
+            that is the last reader of an input buffer of its output's size
+            writes its output there (docs/how-it-works.md).
 
     Raises:
         InvalidGraphError: malformed bytes, cycles, missing inputs.
@@ -123,5 +131,10 @@ def analyze(
     """
     data, traced_loss = graph_bytes(graph)
     return Analysis(
-        _core.analyze(data, loss=loss or traced_loss, persistent_bytes=persistent_bytes)
+        _core.analyze(
+            data,
+            loss=loss or traced_loss,
+            persistent_bytes=persistent_bytes,
+            separate_buffers=separate_buffers,
+        )
     )

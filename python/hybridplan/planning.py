@@ -318,6 +318,7 @@ def plan(
     include_types: Sequence[str] | None = None,
     exclude_types: Sequence[str] | None = None,
     time_limit: float = 60.0,
+    separate_buffers: bool = False,
 ) -> Plan:
     """Plans which tensors to swap and which sub-graphs to recompute.
 
@@ -354,6 +355,11 @@ def plan(
             selected; excludes always win. Only a selected op's outputs are
             swapped and only all-selected sub-graphs recomputed. An entry that
             matches no node is an error.
+        separate_buffers: model every output in a buffer of its own, without
+            TensorFlow's in-place forwarding (see :func:`hybridplan.analyze`).
+            ``"optimal"`` always solves this model (its plan then fits the
+            default model too, whose memory is never higher); pass True to
+            compare other strategies with it on equal terms.
 
     Raises:
         BudgetError: no plan fits; ``best_peak`` says the smallest peak reached.
@@ -367,7 +373,7 @@ def plan(
         selection = (include_scopes, exclude_scopes, include_types, exclude_types)
         if tflms is not None or any(selection):
             raise InvalidArgumentError("strategy='optimal' takes no tflms parameters or selection")
-        args = (loss, persistent_bytes, min_bytes, profile, time_limit)
+        args = (loss, persistent_bytes, min_bytes, profile, time_limit, separate_buffers)
         return _optimal(graph, budget, device, *args)
     if strategy not in STRATEGIES:
         raise InvalidArgumentError(
@@ -400,6 +406,7 @@ def plan(
         profile=sorted(profile.items()) if profile else None,
         tflms=_tflms_args(tflms),
         select=select if any(select) else None,
+        separate_buffers=separate_buffers,
     )
     return Plan(json.loads(core.report_json), (core.timeline(0), core.timeline(1)), core.events())
 
@@ -413,8 +420,13 @@ def _optimal(
     min_bytes: int,
     profile: dict[int, float] | None,
     time_limit: float,
+    separate_buffers: bool,
 ) -> Plan:
-    """The exact solver's plan (``hybridplan.optimal``), judged by the simulator like any other."""
+    """The exact solver's plan (``hybridplan.optimal``), judged by the simulator like any other.
+
+    The formulation gives every output a buffer of its own (no in-place forwarding,
+    which depends on the plan); the simulator judges the plan in the caller's model,
+    whose memory is never higher, so a plan that fits the formulation fits there."""
     from . import optimal
 
     name, device_json, dev = _device_args(device)
@@ -428,7 +440,10 @@ def _optimal(
         persistent_bytes=persistent_bytes,
         profile=sorted(profile.items()) if profile else None,
     )
-    problem = json.loads(_core.export_problem(data, min_bytes=min_bytes, **common))
+    problem = json.loads(
+        _core.export_problem(data, min_bytes=min_bytes, separate_buffers=True, **common)
+    )
+    common["separate_buffers"] = separate_buffers
     try:
         chosen, figures = optimal.solve_problem(problem, nbytes, time_limit)
     except BudgetError as e:
@@ -445,7 +460,7 @@ def _optimal(
         )
     if not chosen["swaps"] and not chosen["recomputes"]:
         report["strategy"] = "none"
-    report["optimal"] = figures
+    report["optimal"] = figures | {"separate_buffers": True}
     return Plan(report, (core.timeline(0), core.timeline(1)), core.events())
 
 

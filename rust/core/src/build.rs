@@ -49,6 +49,10 @@ pub struct BuildOptions {
     /// Persistent bytes (variables, optimizer slots); read from the graph
     /// when `None`.
     pub persistent_bytes: Option<u64>,
+    /// Every output in a buffer of its own: no in-place forwarding
+    /// ([`crate::inplace`]). The exact formulation's memory model
+    /// (`python/hybridplan/optimal.py`), which is never below the default's.
+    pub separate_buffers: bool,
 }
 
 /// Turns decoded `NodeDef`s into node specs: output count and shapes from
@@ -286,6 +290,7 @@ pub(crate) fn finish(
         Some(b) => b,
         None => persistent_bytes(g, &variables),
     };
+    g.separate_buffers = opts.separate_buffers;
     Ok(())
 }
 

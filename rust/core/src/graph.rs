@@ -333,6 +333,9 @@ pub struct Graph {
     pub loss: u32,
     /// Bytes held by variables and optimizer slots on the device.
     pub persistent_bytes: u64,
+    /// No in-place forwarding: every output in a buffer of its own
+    /// ([`crate::build::BuildOptions::separate_buffers`]).
+    pub separate_buffers: bool,
 }
 
 impl Graph {

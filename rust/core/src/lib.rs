@@ -12,7 +12,7 @@
 //! | build | [`build`] | node records or flat specs -> [`graph::Graph`], op facts from [`opkind`] |
 //! | phases | [`phase`] | forward / backward / update from the loss |
 //! | schedule | [`schedule`] | deterministic topological order |
-//! | liveness | [`liveness`] | live intervals, memory timeline, peak |
+//! | liveness | [`liveness`], [`inplace`] | live intervals, memory timeline, peak; outputs written into their input's buffer |
 //! | device | [`device`] | device and host-link models, named presets |
 //! | cost | [`cost`] | op times: roofline from FLOPs and bytes, or a measured profile |
 //! | simulate | [`simulate`] | compute + D2H + H2D streams: step time, stall, peak, timeline |
@@ -38,6 +38,7 @@ pub mod export;
 pub(crate) mod flatdecode;
 pub mod graph;
 pub mod graphdef;
+pub mod inplace;
 pub mod liveness;
 pub(crate) mod nametable;
 pub mod opkind;

@@ -3,8 +3,10 @@
 //! # The model
 //! A tensor's buffer is allocated when its producer runs and freed after the
 //! last op that reads it (or reads an alias of it: `Identity`, `Reshape`...
-//! share their input's buffer, see `opkind::aliased_input`). A tensor nobody
-//! reads lives while its producer runs. `timeline[p]` is the persistent bytes
+//! share their input's buffer, see `opkind::aliased_input`; an element-wise
+//! op that is the last reader of its input writes its output into that
+//! buffer, see `inplace`). A tensor nobody reads lives while its producer
+//! runs. `timeline[p]` is the persistent bytes
 //! plus every buffer live while the op at position `p` runs (its inputs and
 //! its outputs together).
 //!
@@ -23,6 +25,15 @@ pub struct Liveness {
     pub last_use: Vec<u32>,
     /// The tensor that owns each tensor's buffer (itself unless an alias).
     pub owner: Vec<u32>,
+    /// For an owner whose op wrote it in place into an input's buffer
+    /// ([`crate::inplace`]), that buffer's owner; else [`NONE`]. The
+    /// timeline counts such a tensor in the buffer it went into, which
+    /// lives until `buffer_end`. (`owner` and `last_use` stay per tensor:
+    /// what a plan may swap or clone.)
+    pub written_into: Vec<u32>,
+    /// Last position at which each buffer (an owner not written in place)
+    /// is needed, outputs written into it included.
+    pub buffer_end: Vec<u32>,
     /// Bytes in use while the op at each position runs (persistent included).
     pub timeline: Vec<u64>,
     pub peak_bytes: u64,
@@ -65,7 +76,8 @@ pub fn liveness(g: &Graph, s: &Schedule) -> Liveness {
             last_use[o] = last_use[o].max(last_use[t]);
         }
     }
-    let timeline = memory_timeline(g, &produce, &last_use, s.order.len());
+    let (written_into, buffer_end) = forward_in_place(g, s, &owner, &last_use);
+    let timeline = memory_timeline(g, &written_into, &produce, &buffer_end, s.order.len());
     let (peak_pos, peak_bytes) =
         timeline
             .iter()
@@ -78,10 +90,61 @@ pub fn liveness(g: &Graph, s: &Schedule) -> Liveness {
         produce,
         last_use,
         owner,
+        written_into,
+        buffer_end,
         timeline,
         peak_bytes,
         peak_pos,
     }
+}
+
+/// In-place forwarding ([`crate::inplace`]) in schedule order: the owner
+/// each owner was written into (or [`NONE`]) and every buffer's last use,
+/// outputs written into it included. A buffer written into was made before
+/// any of its readers ran, when its own decision was taken, so it is never
+/// itself written into later: one lookup finds a tensor's buffer.
+/// O(N + E + T).
+fn forward_in_place(
+    g: &Graph,
+    s: &Schedule,
+    owner: &[u32],
+    last_use: &[u32],
+) -> (Vec<u32>, Vec<u32>) {
+    let table = crate::inplace::table(g);
+    let mut into = big_vec_of(owner.len(), NONE);
+    let mut end = last_use.to_vec();
+    for (p, &v) in s.order.iter().enumerate() {
+        let Some((f, out)) = crate::inplace::of_node(g, &table, v) else {
+            continue;
+        };
+        if owner[out as usize] != out {
+            continue;
+        }
+        let ins = g.inputs(v);
+        let buffer = |into: &[u32], t: u32| {
+            let o = owner[t as usize];
+            match into[o as usize] {
+                NONE => o,
+                b => b,
+            }
+        };
+        for slot in f.slots(ins.len()) {
+            let r = buffer(&into, ins[slot]);
+            let rt = &g.tensors[r as usize];
+            if crate::inplace::pinned(g, rt.node)
+                || end[r as usize] != p as u32
+                || rt.bytes != g.tensors[out as usize].bytes
+                || !crate::inplace::fits(g, v, slot, out)
+                || ins.iter().filter(|&&t| buffer(&into, t) == r).count() != 1
+            {
+                continue;
+            }
+            into[out as usize] = r;
+            end[r as usize] = end[out as usize];
+            break;
+        }
+    }
+    (into, end)
 }
 
 /// Sets the owner of `t` (the root of its alias chain) and of every tensor
@@ -110,19 +173,22 @@ fn resolve_owner(g: &Graph, owner: &mut [u32], path: &mut Vec<u32>, t: u32) {
     }
 }
 
-/// Difference-array sweep: + bytes at produce, - bytes after last use.
+/// Difference-array sweep over the buffers (owners not written into
+/// another's, `written_into[t] == NONE`): + bytes at produce, - bytes after
+/// the buffer's last use.
 /// The differences are kept as `i64` in the buffer that becomes the
 /// timeline (one array of `len + 1` words); a graph whose differences do not
 /// fit (sizes near 2^63 bytes) is summed in `i128` instead. The running sum
 /// is exact and clamped to `0..=u64::MAX`.
 pub(crate) fn memory_timeline(
     g: &Graph,
+    written_into: &[u32],
     produce: &[u32],
     last_use: &[u32],
     len: usize,
 ) -> Vec<u64> {
-    let Some(delta) = deltas_i64(g, produce, last_use, len) else {
-        return memory_timeline_wide(g, produce, last_use, len);
+    let Some(delta) = deltas_i64(g, written_into, produce, last_use, len) else {
+        return memory_timeline_wide(g, written_into, produce, last_use, len);
     };
     let mut timeline = delta;
     let mut cur: i128 = i128::from(g.persistent_bytes);
@@ -136,10 +202,16 @@ pub(crate) fn memory_timeline(
 
 /// The differences as `i64` (stored as their two's complement in `u64`),
 /// or `None` if one does not fit.
-fn deltas_i64(g: &Graph, produce: &[u32], last_use: &[u32], len: usize) -> Option<Vec<u64>> {
+fn deltas_i64(
+    g: &Graph,
+    written_into: &[u32],
+    produce: &[u32],
+    last_use: &[u32],
+    len: usize,
+) -> Option<Vec<u64>> {
     let mut delta = big_vec_of(len + 1, 0u64);
     for (t, tt) in g.tensors.iter().enumerate() {
-        if tt.bytes == 0 {
+        if tt.bytes == 0 || written_into[t] != NONE {
             continue;
         }
         let b = i64::try_from(tt.bytes).ok()?;
@@ -152,10 +224,16 @@ fn deltas_i64(g: &Graph, produce: &[u32], last_use: &[u32], len: usize) -> Optio
 }
 
 /// [`memory_timeline`] with `i128` differences.
-fn memory_timeline_wide(g: &Graph, produce: &[u32], last_use: &[u32], len: usize) -> Vec<u64> {
+fn memory_timeline_wide(
+    g: &Graph,
+    written_into: &[u32],
+    produce: &[u32],
+    last_use: &[u32],
+    len: usize,
+) -> Vec<u64> {
     let mut delta = vec![0i128; len + 1];
     for (t, tt) in g.tensors.iter().enumerate() {
-        if tt.bytes == 0 {
+        if tt.bytes == 0 || written_into[t] != NONE {
             continue;
         }
         delta[produce[t] as usize] += i128::from(tt.bytes);
@@ -180,12 +258,15 @@ impl Liveness {
         self.live_at(g, self.peak_pos, k)
     }
 
-    /// The `k` largest owned tensors live at position `p`.
+    /// The `k` largest buffers live at position `p` (by their owners).
     pub fn live_at(&self, g: &Graph, p: u32, k: usize) -> Vec<u32> {
         let mut live: Vec<u32> = (0..g.num_tensors() as u32)
             .filter(|&t| {
                 let i = t as usize;
-                g.tensors[i].bytes > 0 && self.produce[i] <= p && p <= self.last_use[i]
+                g.tensors[i].bytes > 0
+                    && self.written_into[i] == NONE
+                    && self.produce[i] <= p
+                    && p <= self.buffer_end[i]
             })
             .collect();
         live.sort_by(|&a, &b| {
@@ -230,7 +311,7 @@ mod tests {
         let s = crate::schedule::schedule(&g).unwrap();
         let l = liveness(&g, &s);
         let n = s.order.len();
-        let wide = memory_timeline_wide(&g, &l.produce, &l.last_use, n);
+        let wide = memory_timeline_wide(&g, &l.written_into, &l.produce, &l.buffer_end, n);
         (l.timeline, wide)
     }
 

@@ -133,6 +133,7 @@ mod tests {
             &BuildOptions {
                 loss: Some("loss:0".into()),
                 persistent_bytes: Some(0),
+                ..Default::default()
             },
         )
         .unwrap();
@@ -155,6 +156,7 @@ mod tests {
             &BuildOptions {
                 loss: Some("loss:0".into()),
                 persistent_bytes: Some(0),
+                ..Default::default()
             },
         )
         .unwrap();
@@ -173,6 +175,7 @@ mod tests {
             &BuildOptions {
                 loss: Some("loss:0".into()),
                 persistent_bytes: Some(0),
+                ..Default::default()
             },
         )
         .unwrap();

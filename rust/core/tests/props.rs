@@ -6,15 +6,17 @@
 //! earlier node to a later one), then shuffled so the node ids the graph
 //! gets are not a topological order and the schedule has to sort. They mix
 //! dtypes (handles included), empty and large shapes, ops that alias their
-//! input (`Identity`, `Reshape`, `IdentityN`), variable reads and writes,
-//! and control edges.
+//! input (`Identity`, `Reshape`, `IdentityN`), ops that write their output
+//! into an input's buffer (`Relu`, `AddN`, `Mul`, `SelectV2`), variable
+//! reads and writes, and control edges.
 
 use std::collections::HashMap;
 
 use hybridplan_core::build::{build, BuildOptions, NodeSpec, OutSpec};
 use hybridplan_core::dtype::DType;
-use hybridplan_core::graph::{Graph, NONE};
+use hybridplan_core::graph::{Graph, NodeFlags, NONE};
 use hybridplan_core::graphdef::Shape;
+use hybridplan_core::inplace;
 use hybridplan_core::liveness::{liveness, Liveness};
 use hybridplan_core::schedule::{schedule, Schedule};
 use hybridplan_core::synth::{self, SynthKind, SynthSpec};
@@ -38,6 +40,8 @@ const OPS: &[&str] = &[
     "NoOp",
     "Squeeze",
     "Mean",
+    "Mul",
+    "SelectV2",
 ];
 const DTYPES: &[DType] = &[
     DType::FLOAT,
@@ -208,23 +212,61 @@ fn reference_order(g: &Graph) -> Vec<u32> {
     order
 }
 
-/// The timeline recomputed from the graph alone in O(N * T).
+/// The timeline recomputed from the graph alone in O(N * T^2), in-place
+/// forwarding decided naively: each tensor's buffer is a tensor id, and a
+/// buffer's last use is searched over every tensor in it.
 fn reference_timeline(g: &Graph, s: &Schedule) -> Vec<u64> {
     let nt = g.num_tensors() as u32;
-    let mut interval = Vec::new();
-    for t in 0..nt {
-        let tt = &g.tensors[t as usize];
-        if tt.bytes == 0 {
-            continue;
-        }
-        let lo = s.pos[tt.node as usize];
-        let mut hi = lo;
-        for u in (0..nt).filter(|&u| root(g, u) == t) {
+    let mut buf: Vec<u32> = (0..nt).map(|t| root(g, t)).collect();
+    let last_of = |buf: &[u32], b: u32| -> u32 {
+        let mut hi = s.pos[g.tensors[b as usize].node as usize];
+        for u in (0..nt).filter(|&u| buf[u as usize] == b) {
             for &c in g.consumers(u) {
                 hi = hi.max(s.pos[c as usize]);
             }
         }
-        interval.push((lo, hi, tt.bytes));
+        hi
+    };
+    for (p, &v) in s.order.iter().enumerate() {
+        let Some(f) = inplace::rule(g.op_name(v)) else {
+            continue;
+        };
+        let outs = g.outputs(v);
+        let out = outs.start + f.output();
+        if out >= outs.end || buf[out as usize] != out || g.tensors[out as usize].bytes == 0 {
+            continue;
+        }
+        let ins = g.inputs(v);
+        for slot in f.slots(ins.len()) {
+            let t = ins[slot];
+            let r = buf[t as usize];
+            let (tt, rt, ot) = (
+                &g.tensors[t as usize],
+                &g.tensors[r as usize],
+                &g.tensors[out as usize],
+            );
+            let ok = !(g.nodes[rt.node as usize].flags.has(NodeFlags::SOURCE)
+                || matches!(g.op_name(rt.node), "Const" | "HostConst"))
+                && last_of(&buf, r) == p as u32
+                && rt.bytes == ot.bytes
+                && tt.dtype == ot.dtype
+                && tt.value_bytes == ot.value_bytes
+                && ins.iter().filter(|&&x| buf[x as usize] == r).count() == 1;
+            if ok {
+                for b in buf.iter_mut().filter(|b| **b == out) {
+                    *b = r;
+                }
+                break;
+            }
+        }
+    }
+    let mut interval = Vec::new();
+    for t in 0..nt {
+        let tt = &g.tensors[t as usize];
+        if tt.bytes == 0 || buf[t as usize] != t {
+            continue;
+        }
+        interval.push((s.pos[tt.node as usize], last_of(&buf, t), tt.bytes));
     }
     (0..g.num_nodes() as u32)
         .map(|p| {

@@ -31,6 +31,7 @@ fn graph(nodes: &[(&str, &str, &[&str], i64)]) -> Analysis {
     let opts = BuildOptions {
         loss: Some(nodes[nodes.len() - 1].0.into()),
         persistent_bytes: Some(0),
+        ..Default::default()
     };
     analyze_graph(build(&specs, &opts).unwrap()).unwrap()
 }
@@ -229,14 +230,15 @@ fn memory_returns_only_after_the_swap_out_finishes() {
     };
     let r = run(&a, &UNIT, &link(160.0, 1.0), &plan);
     assert_eq!(events(&r, EventKind::SwapOut), vec![(1.0, 3.5)]);
-    // During c ([2, 3]): a (400), b (40), c (40) all held.
-    assert_eq!(bytes_at(&r, 2.5), 480);
-    // After the copy ends at 3.5: a is returned.
-    assert_eq!(bytes_at(&r, 3.6), 80);
-    assert!(r.timeline.contains(&(3.5, 80)));
+    // During c ([2, 3]): a (400) and b (40) held; c is written into b's
+    // buffer (its last reader, same size: in place).
+    assert_eq!(bytes_at(&r, 2.5), 440);
+    // After the copy ends at 3.5: a is returned (d, also in b's buffer, runs).
+    assert_eq!(bytes_at(&r, 3.6), 40);
+    assert!(r.timeline.contains(&(3.5, 40)));
     // A fast link returns it when b ends.
     let r = run(&a, &UNIT, &link(4000.0, 1.0), &plan);
-    assert_eq!(bytes_at(&r, 2.5), 80);
+    assert_eq!(bytes_at(&r, 2.5), 40);
 }
 
 #[test]
@@ -674,4 +676,124 @@ mod props {
             }
         }
     }
+}
+
+// ---------------------------------------------------------------- in place
+
+/// x -> a (MatMul, 400) -> b (`op` of `ins`, 400) -> c (MatMul, 40), plus
+/// `extra` nodes.
+fn in_place(
+    op: &str,
+    ins: &'static [&'static str],
+    extra: &[(&'static str, &'static str, &'static [&'static str], i64)],
+) -> Analysis {
+    let mut nodes: Vec<(&str, &str, &[&str], i64)> = vec![
+        ("x", "Placeholder", &[], 400),
+        ("a", "MatMul", &["x"], 400),
+        ("b", op, ins, 400),
+        ("c", "MatMul", &["b"], 40),
+    ];
+    nodes.extend_from_slice(extra);
+    graph(&nodes)
+}
+
+fn peaks(a: &Analysis, plan: &Plan, dev: &DeviceModel) -> (u64, u64) {
+    let costs = vec![1.0; a.graph.num_nodes()];
+    (a.liveness.peak_bytes, run(a, &costs, dev, plan).peak_bytes)
+}
+
+#[test]
+fn an_elementwise_last_reader_writes_into_its_input() {
+    let fast = link(1e9, 1.0);
+    // b = Relu(a), a's last reader: b lives in a's buffer. While a runs:
+    // x and a (800); while b runs: a's buffer only (400).
+    let a = in_place("Relu", &["a"], &[]);
+    assert_eq!(peaks(&a, &Plan::default(), &fast), (800, 800));
+    let t = &a.liveness.timeline;
+    assert_eq!(t[a.schedule.pos[id(&a, "b") as usize] as usize], 400);
+    // A source's buffer (the fed x) is never written into: Relu(x) allocates.
+    let s = graph(&[("x", "Placeholder", &[], 400), ("b", "Relu", &["x"], 400)]);
+    assert_eq!(s.liveness.peak_bytes, 800);
+    // Mul(a, a) reads the buffer twice: it allocates.
+    let m = in_place("Mul", &["a", "a"], &[]);
+    assert_eq!(
+        m.liveness.timeline[m.schedule.pos[id(&m, "b") as usize] as usize],
+        800
+    );
+    // Another reader of a after b: b allocates (a and b live together).
+    let r = in_place("Relu", &["a"], &[("d", "AddV2", &["c", "a"], 40)]);
+    let pb = r.schedule.pos[id(&r, "b") as usize] as usize;
+    assert_eq!(r.liveness.timeline[pb], 800);
+    assert_eq!(peaks(&r, &Plan::default(), &fast).1, r.liveness.peak_bytes);
+}
+
+#[test]
+fn a_swap_out_or_a_later_clone_keeps_the_output_apart() {
+    // a is read by b (Relu) and late by e; a is swapped for e. Under the
+    // plan b is the last device reader of a's buffer, but the swap-out
+    // copies that buffer: b gets a buffer of its own however fast the
+    // copy, and a is returned after b (or after the copy, if later).
+    // (w runs between a and b, so a fast copy ends before b starts.)
+    let a = in_place(
+        "Relu",
+        &["a"],
+        &[
+            ("d", "MatMul", &["c"], 40),
+            ("e", "AddV2", &["d", "a"], 400),
+            ("w", "MatMul", &["x"], 4),
+        ],
+    );
+    assert!(a.schedule.pos[id(&a, "w") as usize] < a.schedule.pos[id(&a, "b") as usize]);
+    let plan = Plan {
+        swaps: vec![swap(&a, "a", "a", "d", &["e"])],
+        recomputes: vec![],
+    };
+    let costs = vec![1.0; a.graph.num_nodes()];
+    let during_b = |r: &SimResult| bytes_at(r, r.op_start[id(&a, "b") as usize] + 0.5);
+    for bw in [1e9, 100.0] {
+        let r = run(&a, &costs, &link(bw, 1.0), &plan);
+        assert_eq!(during_b(&r), 800, "{bw}");
+    }
+    // Without the swap, a's other reader e keeps b apart too; with e gone
+    // (the graph in_place builds), b is a's last reader and writes into it.
+    let r = run(&a, &costs, &link(1e9, 1.0), &Plan::default());
+    assert_eq!(during_b(&r), 800);
+    let plain = in_place("Relu", &["a"], &[]);
+    let costs_plain = vec![1.0; plain.graph.num_nodes()];
+    let r = run(&plain, &costs_plain, &link(1e9, 1.0), &Plan::default());
+    assert_eq!(
+        bytes_at(&r, r.op_start[id(&plain, "b") as usize] + 0.5),
+        400
+    );
+    // b is also read late, by e; a clone of b after d serves it and reads
+    // a: the original b is not a's last reader (it allocates), the clone is
+    // (it writes into a's buffer).
+    let a = in_place(
+        "Relu",
+        &["a"],
+        &[
+            ("d", "MatMul", &["c"], 40),
+            ("e", "AddV2", &["d", "b"], 400),
+        ],
+    );
+    let plan = Plan {
+        swaps: vec![],
+        recomputes: vec![Recompute {
+            nodes: vec![id(&a, "b")],
+            trigger: id(&a, "d"),
+            consumers: vec![id(&a, "e")],
+            clone_consumers: vec![],
+        }],
+    };
+    let costs = vec![1.0; a.graph.num_nodes()];
+    let during_b = |r: &SimResult| bytes_at(r, r.op_start[id(&a, "b") as usize] + 0.5);
+    let r = run(&a, &costs, &link(1e9, 1.0), &plan);
+    assert_eq!(during_b(&r), 800);
+    let clone = r
+        .events
+        .iter()
+        .find(|e| e.kind == EventKind::Clone)
+        .unwrap();
+    // While the clone runs: a (its input, kept) and d's 40; no new 400.
+    assert_eq!(bytes_at(&r, clone.start_s + 0.5), 440);
 }

@@ -106,16 +106,18 @@ impl CoreAnalysis {
 
 /// Decodes a serialized GraphDef and analyses it.
 #[pyfunction]
-#[pyo3(signature = (data, loss=None, persistent_bytes=None))]
+#[pyo3(signature = (data, loss=None, persistent_bytes=None, separate_buffers=false))]
 fn analyze(
     py: Python<'_>,
     data: &[u8],
     loss: Option<String>,
     persistent_bytes: Option<u64>,
+    separate_buffers: bool,
 ) -> PyResult<CoreAnalysis> {
     let opts = BuildOptions {
         loss,
         persistent_bytes,
+        separate_buffers,
     };
     let inner = run(py, move || core::analyze(data, &opts))?;
     Ok(CoreAnalysis { inner })
@@ -191,7 +193,7 @@ fn split_timeline(tl: &[(f64, u64)]) -> (Vec<f64>, Vec<u64>) {
 
 /// Plans a serialized GraphDef under a budget.
 #[pyfunction]
-#[pyo3(signature = (data, budget, strategy="hybrid", device="v100-nvlink2", device_json=None, loss=None, persistent_bytes=None, min_bytes=65536, profile=None, tflms=None, select=None))]
+#[pyo3(signature = (data, budget, strategy="hybrid", device="v100-nvlink2", device_json=None, loss=None, persistent_bytes=None, min_bytes=65536, profile=None, tflms=None, select=None, separate_buffers=false))]
 #[allow(clippy::too_many_arguments)]
 fn plan(
     py: Python<'_>,
@@ -206,10 +208,12 @@ fn plan(
     profile: Option<Vec<(u32, f64)>>,
     tflms: Option<(u32, u32, u32)>,
     select: Option<[Vec<String>; 4]>,
+    separate_buffers: bool,
 ) -> PyResult<CorePlan> {
     let build = BuildOptions {
         loss,
         persistent_bytes,
+        separate_buffers,
     };
     let strategy = strategy.to_string();
     let device = device.to_string();
@@ -325,7 +329,7 @@ fn json_error(e: serde_json::Error) -> core::PlanError {
 
 /// The planning problem of a serialized GraphDef as JSON (`core::export::problem`).
 #[pyfunction]
-#[pyo3(signature = (data, device="v100-nvlink2", device_json=None, loss=None, persistent_bytes=None, min_bytes=65536, profile=None))]
+#[pyo3(signature = (data, device="v100-nvlink2", device_json=None, loss=None, persistent_bytes=None, min_bytes=65536, profile=None, separate_buffers=false))]
 #[allow(clippy::too_many_arguments)]
 fn export_problem(
     py: Python<'_>,
@@ -336,10 +340,12 @@ fn export_problem(
     persistent_bytes: Option<u64>,
     min_bytes: u64,
     profile: Option<Vec<(u32, f64)>>,
+    separate_buffers: bool,
 ) -> PyResult<String> {
     let build = BuildOptions {
         loss,
         persistent_bytes,
+        separate_buffers,
     };
     let device = device.to_string();
     let profile = profile.unwrap_or_default();
@@ -354,7 +360,7 @@ fn export_problem(
 /// Simulates a plan given as JSON (the core's plan format) and reports it
 /// as a plan of `strategy` under `budget` (`core::export::evaluate`).
 #[pyfunction]
-#[pyo3(signature = (data, plan_json, budget, strategy, device="v100-nvlink2", device_json=None, loss=None, persistent_bytes=None, profile=None))]
+#[pyo3(signature = (data, plan_json, budget, strategy, device="v100-nvlink2", device_json=None, loss=None, persistent_bytes=None, profile=None, separate_buffers=false))]
 #[allow(clippy::too_many_arguments)]
 fn simulate_plan(
     py: Python<'_>,
@@ -367,10 +373,12 @@ fn simulate_plan(
     loss: Option<String>,
     persistent_bytes: Option<u64>,
     profile: Option<Vec<(u32, f64)>>,
+    separate_buffers: bool,
 ) -> PyResult<CorePlan> {
     let build = BuildOptions {
         loss,
         persistent_bytes,
+        separate_buffers,
     };
     let (device, strategy) = (device.to_string(), strategy.to_string());
     let plan_json = plan_json.to_string();

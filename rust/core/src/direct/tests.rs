@@ -32,11 +32,13 @@ fn real_graph_is_built_directly_and_identically() {
     let loss = BuildOptions {
         loss: Some("sparse_categorical_crossentropy/div_no_nan:0".into()),
         persistent_bytes: Some(12345),
+        ..Default::default()
     };
     assert!(same(SMALL_CNN, &loss));
     let wrong = BuildOptions {
         loss: Some("no_such_node:0".into()),
         persistent_bytes: None,
+        ..Default::default()
     };
     assert!(same(SMALL_CNN, &wrong));
     assert!(graph_from_bytes(SMALL_CNN, &wrong).is_err());
@@ -78,6 +80,7 @@ fn a_graph_of_many_name_groups_is_built_directly_and_identically() {
     let loss = BuildOptions {
         loss: Some("sparse_categorical_crossentropy/div_no_nan:0".into()),
         persistent_bytes: None,
+        ..Default::default()
     };
     for opts in [BuildOptions::default(), loss] {
         assert!(same(&bytes, &opts));
@@ -421,6 +424,7 @@ fn opts_of(loss: u8) -> BuildOptions {
             _ => None,
         },
         persistent_bytes: (loss == 3).then_some(99),
+        ..Default::default()
     }
 }
 

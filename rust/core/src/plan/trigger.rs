@@ -146,6 +146,7 @@ mod tests {
             &BuildOptions {
                 loss: Some("loss:0".into()),
                 persistent_bytes: Some(0),
+                ..Default::default()
             },
         )
         .unwrap();

@@ -41,6 +41,11 @@ pub struct Layout<'a> {
     pub(super) buf: Vec<u32>,
     /// Slot of every tensor id.
     pub(super) slot: Vec<u32>,
+    /// In-place forwarding of every op type ([`crate::inplace::table`]).
+    pub(super) fwd: Vec<u8>,
+    /// Buffers made by a source op (a constant, a fed input): held for the
+    /// step, never written in place.
+    pub(super) buf_source: Vec<bool>,
 }
 
 impl<'a> Layout<'a> {
@@ -67,6 +72,7 @@ impl<'a> Layout<'a> {
         let mut buf = Vec::with_capacity(nt);
         let mut buf_off = Vec::with_capacity(n + 1);
         let mut buf_bytes = Vec::new();
+        let mut buf_source = Vec::new();
         let mut in_off = Vec::with_capacity(n + 1);
         let mut in_buf = Vec::with_capacity(g.in_tensor.len());
         buf_off.push(0);
@@ -85,6 +91,7 @@ impl<'a> Layout<'a> {
                 buf.push(match tt.alias_of {
                     NONE if tt.bytes > 0 => {
                         buf_bytes.push(tt.bytes);
+                        buf_source.push(crate::inplace::pinned(g, v));
                         buf_bytes.len() as u32 - 1
                     }
                     NONE => NONE,
@@ -105,6 +112,8 @@ impl<'a> Layout<'a> {
             buf_bytes,
             buf,
             slot,
+            fwd: crate::inplace::table(g),
+            buf_source,
         })
     }
 }
