@@ -188,7 +188,7 @@ def interleaved_step_times(b: Bench, graphs: list[Any], rounds: int) -> list[flo
             sess = tf.compat.v1.Session(graph=graph, config=config)
             sessions.append(sess)
             sess.run(init)
-            runs.append(measuring._runner(sess, feeds, fetches, b.batch, b.traced.loss_index, []))
+            runs.append(measuring._Runner(sess, feeds, fetches, b.batch, b.traced.loss_index, []))
         for run in runs:
             for s in range(2):
                 run(s, None)
@@ -471,7 +471,7 @@ def _traced_stats(b: Bench, steps: int, graph_def: Any = None) -> list[Any]:
     losses: list[Any] = []
     with tf.compat.v1.Session(graph=graph, config=config) as sess:
         sess.run(init)
-        run = measuring._runner(sess, feeds, fetches, b.batch, b.traced.loss_index, losses)
+        run = measuring._Runner(sess, feeds, fetches, b.batch, b.traced.loss_index, losses)
         for s in range(2):
             run(s, None)
         return [run(2 + s, options).step_stats for s in range(steps)]
@@ -493,7 +493,7 @@ def inline_peak(b: Bench, steps: int, graph_def: Any = None) -> int | None:
     peaks = []
     with tf.compat.v1.Session(graph=graph, config=config) as sess:
         sess.run(init)
-        run = measuring._runner(sess, feeds, fetches, b.batch, b.traced.loss_index, [])
+        run = measuring._Runner(sess, feeds, fetches, b.batch, b.traced.loss_index, [])
         for s in range(2):
             run(s, plain)
         for s in range(steps):
