@@ -100,7 +100,12 @@ def test_profile_leaves_the_variables_and_the_graph_alone(cnn):
     w, traced, _ = cnn
     before = [v.numpy() for v in traced.variables]
     graph = traced.graph_def.SerializeToString(deterministic=True)
-    profile(traced, [w.batch(7)], steps=1, warmup=0)
+    assert not profile(traced, [w.batch(7)], steps=1, warmup=0).inline  # the pool
+    inline = profile(traced, [w.batch(7)], steps=1, warmup=0, order="inline")
+    assert inline.inline  # one executor: TensorFlow granted it
+    # One kernel at a time: (nearly) no wall time to share, times are the durations.
+    total = math.fsum(inline.durations.values())
+    assert inline.serial_time == pytest.approx(total, rel=0.02)
     assert all(np.array_equal(v.numpy(), b) for v, b in zip(traced.variables, before, strict=True))
     assert traced.graph_def.SerializeToString(deterministic=True) == graph
     # Reading attributes must not add them (``attr[key]`` on a proto map inserts the key).
@@ -115,6 +120,8 @@ def test_bad_arguments(cnn):
         profile(traced, w.batch, warmup=-1)
     with pytest.raises(InvalidArgumentError, match="no batches"):
         profile(traced, [], steps=1)
+    with pytest.raises(InvalidArgumentError, match="order"):
+        profile(traced, w.batch, order="gpu")
 
 
 # --------------------------------------------------------------------------- attribution
