@@ -270,14 +270,21 @@ def test_calibrate_fits_a_per_step_and_a_per_kernel_time_on_other_profiles():
     assert math.fsum(times.values()) + cal.per_step == pytest.approx(held_out.step_time)
 
 
+def test_calibrate_is_not_dragged_off_by_one_loaded_profile():
+    # Three profiles on the line, one taken on a loaded machine (10x the outside time):
+    # repeated medians keep the line of the three; least squares would not.
+    line = [_made(n, 1e-3 + 2e-6 * n) for n in (100, 300, 500)]
+    cal = calibrate([*line, _made(900, 10 * (1e-3 + 2e-6 * 900))])
+    assert cal.per_step == pytest.approx(1e-3) and cal.per_kernel == pytest.approx(2e-6)
+
+
 def test_calibrate_keeps_both_terms_non_negative():
     # Outside time falling with the kernel count: noise, not a negative dispatch cost.
     falling = calibrate([_made(100, 3e-3), _made(200, 2e-3), _made(400, 1e-3)])
     assert falling.per_kernel == 0.0 and falling.per_step == pytest.approx(2e-3)
-    # A line through a negative intercept: fitted through the origin instead.
+    # A line through a negative intercept: the median time per kernel only.
     steep = calibrate([_made(100, 0.0), _made(200, 1e-3), _made(300, 2e-3)])
-    assert steep.per_step == 0.0
-    assert steep.per_kernel == pytest.approx((200 * 1e-3 + 300 * 2e-3) / (100**2 + 200**2 + 300**2))
+    assert steep.per_step == 0.0 and steep.per_kernel == pytest.approx(5e-6)
     # The same kernel count everywhere: only a time per kernel can be told.
     same = calibrate([_made(100, 1e-3), _made(100, 3e-3)])
     assert same.per_step == 0.0 and same.per_kernel == pytest.approx(2e-5)

@@ -235,18 +235,26 @@ class Calibration:
 def calibrate(profiles: Sequence[Profile]) -> Calibration:
     """Fits :class:`Calibration` to the outside time of other graphs' profiles.
 
-    Least squares of ``Profile.outside_time`` on ``len(Profile.dispatched)``, both
-    coefficients kept non-negative (a negative slope or intercept is noise: the fit
-    then keeps one term, the mean or the line through the origin). Apply the result to
-    a graph that was NOT among ``profiles`` (leave one out) to predict its wall time
-    from its kernel times alone; applied to its own profile it only restates the
-    measurement.
+    A line ``outside = per_step + per_kernel * kernels`` through the points
+    ``(len(Profile.dispatched), Profile.outside_time)``, fitted by repeated medians
+    (Siegel: for each point the median of its slopes to the others, the slope the median
+    of those; the intercept the median of ``outside - slope * kernels``), which a profile
+    taken while something else loaded the machine cannot drag off as it drags a least-
+    squares line: fewer than half the points wrong leave the fit where the others put
+    it. Both terms stay non-negative: a negative slope keeps the median outside time
+    per step only; a negative intercept keeps the median outside time per kernel only.
+    With one kernel count among the profiles, only a time per kernel can be told (as
+    :attr:`Profile.calibrated_times` spreads it).
+
+    Apply the result to a graph that was NOT among ``profiles`` (leave one out) to
+    predict its wall time from its kernel times alone; applied to its own profile it
+    only restates the measurement.
 
     Raises:
         InvalidArgumentError: no profiles, or a profile with no kernels.
 
     Complexity:
-        O(P) for P profiles.
+        O(P^2 log P) for P profiles.
 
     Example::
 
@@ -261,19 +269,20 @@ def calibrate(profiles: Sequence[Profile]) -> Calibration:
     if any(n == 0 for n, _ in points):
         raise InvalidArgumentError("a profile has no dispatched kernels: nothing to fit")
     k = len(points)
-    mean_n = math.fsum(n for n, _ in points) / k
-    mean_o = math.fsum(o for _, o in points) / k
-    sxx = math.fsum((n - mean_n) ** 2 for n, _ in points)
-    sxy = math.fsum((n - mean_n) * (o - mean_o) for n, o in points)
-    if k == 1 or sxx == 0.0:  # one kernel count: the time per kernel, as calibrated_times
-        return Calibration(0.0, mean_o / mean_n, k)
-    slope = sxy / sxx
-    intercept = mean_o - slope * mean_n
-    if slope < 0:
-        return Calibration(mean_o, 0.0, k)
+    per_kernel_only = Calibration(0.0, statistics.median(o / n for n, o in points), k)
+    slopes = []
+    for n, o in points:
+        mine = [(o2 - o) / (n2 - n) for n2, o2 in points if n2 != n]
+        if mine:
+            slopes.append(statistics.median(mine))
+    if not slopes:  # one kernel count
+        return per_kernel_only
+    slope = statistics.median(slopes)
+    if slope <= 0:
+        return Calibration(statistics.median(o for _, o in points), 0.0, k)
+    intercept = statistics.median(o - slope * n for n, o in points)
     if intercept < 0:
-        through_origin = math.fsum(n * o for n, o in points) / math.fsum(n * n for n, _ in points)
-        return Calibration(0.0, through_origin, k)
+        return per_kernel_only
     return Calibration(intercept, slope, k)
 
 
