@@ -13,32 +13,43 @@ What is compared (ratios are measured / predicted, so > 1 means the model is sho
   (the peak less variables and optimizer slots). Measured: ``measuring.measure``'s device
   peak, the largest over the traced steps of the replay of the executor's allocation
   records on ``/device:CPU:0`` (the variables, allocated before the step, are not in it);
-  the smallest step peak is shown too (the executor's order varies from step to step).
+  the smallest step peak is shown too. ``measure`` runs a step with one executor inline
+  (``order="inline"``, its default: the order of a GPU's executor, which the core
+  models); the "thread pool" column measures the same graph with ``order="pool"`` (the
+  CPU executor's own order, which defers ready kernels: ``docs/accuracy.md``, finding 11).
 - **Memory, planned graphs.** For ``swap``, ``recompute`` and ``hybrid``:
   ``hybridplan.apply(traced, budget, strategy=..., device="cpu", target="cpu-emulation",
   min_bytes=4096)`` at ``budget = persistent + f * activation peak`` for the smallest
   ``f`` in (0.7, 0.8, 0.9) that plans. Predicted: ``plan.planned.peak_bytes - persistent``;
   measured: the rewritten graph's device peak, and whether it is within
-  ``budget - persistent``.
+  ``budget - persistent``. A plan with swaps has nodes on the host, so two executors,
+  which TensorFlow runs on its thread pool even when asked inline
+  (``Measurement.inline`` is then False).
 - **Step time, original graph.** Measured: the median wall time of the untraced
-  ``Session.run`` steps that ``profile`` runs alternately with its traced ones (so that
-  both see the same machine load). Predicted: the
-  simulator's original step time (``plan(...).report["original"]["step_time_s"]``) on the
-  ``cpu`` preset's estimates, and with the measured profile
-  (``hybridplan.profiling.profile`` -> ``plan(..., profile=prof.times)``).
+  ``Session.run`` steps (the batch made before the clock starts) that ``profile`` runs
+  inline, alternately with its traced ones (so that both see the same machine load).
+  Predicted: the simulator's original step time
+  (``plan(...).report["original"]["step_time_s"]``) on the ``cpu`` preset's estimates;
+  with the measured profile (``profile(order="inline")`` -> ``plan(...,
+  profile=prof.times)``); and **calibrated, leave one out**: ``profiling.calibrate`` fits
+  the time outside the kernels (step time less kernel times) as ``per_step + per_kernel
+  x kernels`` on the OTHER workloads' profiles, and the prediction is the simulator's step
+  with ``Calibration.times(prof)`` (each dispatched kernel's time + ``per_kernel``) plus
+  ``per_step``. It is compared with the profile's untraced steps and with a separate
+  timing ("apart": the original's steps run in turn with its plans').
 - **Step time, planned graphs.** The slowdown of each plan over the original, predicted
   by the simulator (the plan's ``planned`` vs ``original`` step time, ``cpu`` preset
   estimates, as the plan was made) and measured (planned and original steps run in turn
-  in one process).
+  in one process, inline where the graph has one executor); and each plan's step time
+  re-simulated with the original's calibrated times (:func:`_planned_step`: clones cost
+  their originals' calibrated time) against the measured one.
 
 ``--explain`` adds, for the original graph of each workload: the model's peak under the
 variants of :class:`Replica` (lowest-id or FIFO schedule, in-place forwarding, fed inputs)
-against the measured step peaks, with the rank correlation of each schedule with the
-measured start times; the differences between the measured and the modelled live sets at
-the measured peak, by cause; the op time by type, measured vs estimated; and, for each
-plan, when its swap-ins and clones really ran against their triggers, and the peak of
-the original and of each plan without swaps run with every kernel inline
-(:func:`inline_peak`, the executor's order on a GPU). ``--no-plans``
+against the measured step peaks (inline), with the rank correlation of each schedule with
+the measured start times; the differences between the measured and the modelled live sets
+at the measured peak, by cause; the op time by type, measured vs estimated; and, for each
+plan, when its swap-ins and clones really ran against their triggers. ``--no-plans``
 skips the planned graphs.
 
 The tables go to stdout and, for a run of every workload (no ``--quick``, no ``--only``),
@@ -50,6 +61,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import json
 import math
 import platform
 import statistics
@@ -68,9 +80,10 @@ import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 import hybridplan  # noqa: E402
-from hybridplan import measuring, models  # noqa: E402
+from hybridplan import _core, measuring, models  # noqa: E402
+from hybridplan._graphio import graph_bytes  # noqa: E402
 from hybridplan.errors import BudgetError  # noqa: E402
-from hybridplan.profiling import profile  # noqa: E402
+from hybridplan.profiling import calibrate, profile  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs" / "accuracy.md"
@@ -78,6 +91,8 @@ BEGIN, END = "<!-- accuracy:begin -->", "<!-- accuracy:end -->"
 FRACTIONS = (0.7, 0.8, 0.9)
 STRATEGIES = ("swap", "recompute", "hybrid")
 DEVICE, TARGET, MIN_BYTES = "cpu", "cpu-emulation", 4096
+ORDER = "inline"  # measure()'s default: inline where a step has one executor
+NONE = 2**32 - 1  # the core's "no node" (graph::NONE)
 MB = 1e6
 
 
@@ -140,14 +155,18 @@ class PlanRow:
     predicted: int = 0
     measured: int = 0
     measured_min: int = 0
+    inline: bool = False
+    measured_pool: int = 0
     predicted_step: float = float("nan")
     predicted_original_step: float = float("nan")
+    calibrated_step: float = float("nan")
     measured_step: float = float("nan")
     measured_original_step: float = float("nan")
     swaps: int = 0
     clones: int = 0
     error: str = ""
     explained: str = ""
+    plan: Any = None
 
 
 @dataclass
@@ -158,15 +177,19 @@ class Row:
     predicted: int
     measured: int
     measured_min: int
+    inline: bool
+    measured_pool: int
     step: float
     step_estimate: float
     step_profile: float
-    serial: float
-    durations: float
-    step_min: float
-    busy_min: float
     traced_span: float
     coverage: float
+    prof: Any
+    traced: Any
+    peak: int
+    step_apart: float = float("nan")
+    step_calibrated: float = float("nan")
+    calibration: Any = None
     plans: list[PlanRow] = field(default_factory=list)
     explained: Any = None
 
@@ -177,10 +200,58 @@ def _original_step(traced: Any, peak: int, times: dict[int, float] | None) -> fl
     return float(p.report["original"]["step_time_s"])
 
 
+def _planned_step(traced: Any, plan: Any, times: dict[int, float] | None) -> float:
+    """The simulator's step time of an existing plan with other op times (``None``: the
+    ``cpu`` preset's estimates, which must give the plan's own figure back). The report's
+    decisions are written back into the core's plan format (tensor ids from
+    ``export_problem``) and judged by ``_core.simulate_plan``; clones cost their
+    originals' times."""
+    data, loss = graph_bytes(traced)
+    problem = json.loads(_core.export_problem(data, device=DEVICE, loss=loss, min_bytes=MIN_BYTES))
+    outputs = [n["outputs"] for n in problem["nodes"]]
+    core_plan = {
+        "swaps": [
+            {
+                "tensor": outputs[s["node"]][s["output"]],
+                "after": s["after"],
+                "ins": [
+                    {"trigger": t, "consumers": c, "clone_consumers": cc}
+                    for t, _, c, cc in s["ins"]
+                ],
+                "release": s["release"][0] if s.get("release") else NONE,
+                "gate": s["gate"][0] if s.get("gate") else NONE,
+            }
+            for s in plan.swaps
+        ],
+        "recomputes": [
+            {k: r[k] for k in ("nodes", "trigger", "consumers", "clone_consumers")}
+            for r in plan.recomputes
+        ],
+    }
+    core = _core.simulate_plan(
+        data,
+        json.dumps(core_plan),
+        plan.budget,
+        plan.strategy,
+        device=DEVICE,
+        loss=loss,
+        profile=sorted(times.items()) if times else None,
+    )
+    planned = json.loads(core.report_json)["planned"]
+    if times is None and (
+        planned["peak_bytes"] != plan.planned.peak_bytes
+        or not math.isclose(planned["step_time_s"], plan.planned.step_time_s, rel_tol=1e-9)
+    ):
+        raise AssertionError("the plan written back does not simulate as planned")
+    return float(planned["step_time_s"])
+
+
 def interleaved_step_times(b: Bench, graphs: list[Any], rounds: int) -> list[float]:
     """Median wall seconds of one untraced step of each GraphDef (None: the original),
-    the graphs run in turn in each round, so that a loaded machine slows them alike."""
+    the graphs run in turn in each round, so that a loaded machine slows them alike;
+    in ``measure``'s default order (inline where a graph has one executor)."""
     config = measuring.session_config(2, inter_op_threads=1)  # as measure() runs
+    options = measuring.run_options(ORDER)
     sessions, runs = [], []
     try:
         for gd in graphs:
@@ -188,25 +259,32 @@ def interleaved_step_times(b: Bench, graphs: list[Any], rounds: int) -> list[flo
             sess = tf.compat.v1.Session(graph=graph, config=config)
             sessions.append(sess)
             sess.run(init)
-            runs.append(measuring._runner(sess, feeds, fetches, b.batch, b.traced.loss_index, []))
+            runs.append(measuring._Runner(sess, feeds, fetches, b.batch, b.traced.loss_index, []))
         for run in runs:
             for s in range(2):
-                run(s, None)
+                run(s, options)
         times: list[list[float]] = [[] for _ in runs]
         for r in range(rounds):
             for k, run in enumerate(runs):
-                t0 = time.perf_counter()
-                run(2 + r, None)
-                times[k].append(time.perf_counter() - t0)
+                run(2 + r, options)
+                times[k].append(run.seconds)
     finally:
         for sess in sessions:
             sess.close()
     return [statistics.median(t) for t in times]
 
 
+def _pool_peak(b: Bench, m: Any, steps: int, graph_def: Any = None) -> int:
+    """The device peak on the thread pool (the CPU executor's own order), for a graph
+    ``m`` measured inline; 0 where ``m`` already ran on the pool."""
+    if not m.inline:
+        return 0
+    return measuring.measure(b.traced, graph_def, b.batch, steps=steps, order="pool").device_peak
+
+
 def _run_plans(b: Bench, a: Any, steps: int, explain: bool = False) -> list[PlanRow]:
     persistent, act = a.persistent_bytes, a.activation_peak_bytes
-    rows, graphs = [], []
+    rows = []
     for strategy in STRATEGIES:
         row = PlanRow(strategy)
         result = None
@@ -228,37 +306,25 @@ def _run_plans(b: Bench, a: Any, steps: int, explain: bool = False) -> list[Plan
             break
         if result is not None:
             planned = result.plan.planned
+            row.plan = result
             row.predicted = planned.peak_bytes - persistent
             row.predicted_step = planned.step_time_s
             row.predicted_original_step = result.plan.original.step_time_s
             row.swaps, row.clones = planned.swaps, planned.clones
             m = measuring.measure(b.traced, result.graph_def, b.batch, steps=steps)
-            row.measured = m.device_peak
+            row.measured, row.inline = m.device_peak, m.inline
             row.measured_min = min(m.step_peaks.get(m.device, [0]))
-            graphs.append(result.graph_def)
+            row.measured_pool = _pool_peak(b, m, steps, result.graph_def)
             if explain:
                 row.explained = explain_plan(b, a, strategy, result)
-                inline = inline_peak(b, steps, result.graph_def)
-                if inline is not None:
-                    row.explained += (
-                        f"\n\nRun inline (`inline_peak`): {_mb(inline)} MB "
-                        f"({_ratio(inline, row.predicted)} of the predicted "
-                        f"{_mb(row.predicted)}; budget {_mb(row.budget_act)})"
-                    )
         rows.append(row)
-    if graphs:
-        original, *planned = interleaved_step_times(b, [None, *graphs], 3 * steps)
-        done = [r for r in rows if r.fraction is not None]
-        for r, t in zip(done, planned, strict=True):
-            r.measured_step, r.measured_original_step = t, original
     return rows
 
 
 def run_workload(b: Bench, steps: int, explain: bool, plans: bool = True) -> Row:
     a = hybridplan.analyze(b.traced)
     base = measuring.measure(b.traced, None, b.batch, steps=steps)
-    prof = profile(b.traced, b.batch, steps=steps)
-    step = prof.step_time  # untraced steps alternating with the profile's traced ones
+    prof = profile(b.traced, b.batch, steps=steps, order=ORDER)
     row = Row(
         name=b.name,
         nodes=b.traced.num_nodes,
@@ -266,28 +332,49 @@ def run_workload(b: Bench, steps: int, explain: bool, plans: bool = True) -> Row
         predicted=a.activation_peak_bytes,
         measured=base.device_peak,
         measured_min=min(base.step_peaks.get(base.device, [0])),
-        step=step,
+        inline=base.inline,
+        measured_pool=_pool_peak(b, base, steps),
+        step=prof.step_time,  # untraced steps alternating with the profile's traced ones
         step_estimate=_original_step(b.traced, a.peak_bytes, None),
         step_profile=_original_step(b.traced, a.peak_bytes, prof.times),
-        serial=prof.serial_time,
-        durations=sum(prof.durations.values()),
-        step_min=min(prof.step_times),
-        busy_min=min(prof.busy_times),
         traced_span=prof.traced_span,
         coverage=prof.coverage,
+        prof=prof,
+        traced=b.traced,
+        peak=a.peak_bytes,
     )
     if explain:
         row.explained = explain_peak(b, a, steps)
-        inline = inline_peak(b, steps)
-        if inline is not None:
-            row.explained.text += (
-                f"\n\nRun inline (`inline_peak`): {_mb(inline)} MB "
-                f"({_ratio(inline, row.predicted)} of the predicted {_mb(row.predicted)})"
-            )
         row.explained.text += "\n\n" + time_by_op(b, a, prof)
     if plans:
         row.plans = _run_plans(b, a, steps, explain)
+    done = [p for p in row.plans if p.plan is not None]
+    graphs = [p.plan.graph_def for p in done]
+    original, *planned = interleaved_step_times(b, [None, *graphs], 3 * steps)
+    row.step_apart = original
+    for p, t in zip(done, planned, strict=True):
+        p.measured_step, p.measured_original_step = t, original
     return row
+
+
+def calibrate_left_out(rows: list[Row]) -> None:
+    """Predicts each workload's step times from its own kernel times plus the time
+    outside the kernels fitted on the OTHER workloads' profiles
+    (``profiling.calibrate``: a per-step and a per-kernel time): the original's
+    (``Row.step_calibrated``) and each plan's (``PlanRow.calibrated_step``, the plan
+    re-simulated with the calibrated times: clones pay their originals' time and a
+    dispatch each)."""
+    for r in rows:
+        others = [o.prof for o in rows if o is not r]
+        if not others:
+            continue
+        cal = r.calibration = calibrate(others)
+        times = cal.times(r.prof)
+        r.step_calibrated = _original_step(r.traced, r.peak, times) + cal.per_step
+        for p in r.plans:
+            if p.plan is not None:
+                _planned_step(r.traced, p.plan.plan, None)  # the plan is read back right
+                p.calibrated_step = _planned_step(r.traced, p.plan.plan, times) + cal.per_step
 
 
 # --------------------------------------------------------------------------- explaining
@@ -470,41 +557,14 @@ def _rank_correlation(x: list[float], y: list[float]) -> float:
 def _traced_stats(b: Bench, steps: int, graph_def: Any = None) -> list[Any]:
     graph, feeds, fetches, init, _ = measuring._session_graph(b.traced, graph_def)
     config = measuring.session_config(2, inter_op_threads=1)  # as measure() runs
-    options = tf.compat.v1.RunOptions(trace_level=tf.compat.v1.RunOptions.FULL_TRACE)
+    plain, options = measuring.run_options(ORDER), measuring.run_options(ORDER, trace=True)
     losses: list[Any] = []
     with tf.compat.v1.Session(graph=graph, config=config) as sess:
         sess.run(init)
-        run = measuring._runner(sess, feeds, fetches, b.batch, b.traced.loss_index, losses)
-        for s in range(2):
-            run(s, None)
-        return [run(2 + s, options).step_stats for s in range(steps)]
-
-
-def inline_peak(b: Bench, steps: int, graph_def: Any = None) -> int | None:
-    """The device peak with every kernel run inline, in the order nodes become ready
-    (``RunOptions.inter_op_thread_pool = -1``: TensorFlow then runs a step of ONE
-    executor in the caller's thread with ``run_all_kernels_inline``, as its executor
-    treats every GPU kernel: a first-in first-out ready queue, the core's schedule).
-    None where the step has two executors (a swap plan: nodes on the host device),
-    for which TensorFlow falls back to its thread pool."""
-    graph, feeds, fetches, init, _ = measuring._session_graph(b.traced, graph_def)
-    config = measuring.session_config(2, inter_op_threads=1)
-    trace = tf.compat.v1.RunOptions(
-        trace_level=tf.compat.v1.RunOptions.FULL_TRACE, inter_op_thread_pool=-1
-    )
-    plain = tf.compat.v1.RunOptions(inter_op_thread_pool=-1)
-    peaks = []
-    with tf.compat.v1.Session(graph=graph, config=config) as sess:
-        sess.run(init)
-        run = measuring._runner(sess, feeds, fetches, b.batch, b.traced.loss_index, [])
+        run = measuring._Runner(sess, feeds, fetches, b.batch, b.traced.loss_index, losses)
         for s in range(2):
             run(s, plain)
-        for s in range(steps):
-            replay = measuring.replay_step_stats(run(2 + s, trace).step_stats)
-            if "/device:CPU:1" in replay:
-                return None
-            peaks.append(int(replay["/device:CPU:0"][1].max()))
-    return max(peaks)
+        return [run(2 + s, options).step_stats for s in range(steps)]
 
 
 @dataclass
@@ -846,6 +906,12 @@ def _ms(s: float) -> str:
     return f"{s * 1e3:.2f}"
 
 
+def _pool_cell(measured_pool: int, inline: bool, predicted: int) -> str:
+    if not inline:
+        return "(ran on the pool)"
+    return f"{_mb(measured_pool)} ({_ratio(measured_pool, predicted)})"
+
+
 def tables(rows: list[Row], steps: int) -> str:
     out = [
         f"Measured on {platform.machine()} with {len(tf.config.list_logical_devices('CPU'))} "
@@ -853,58 +919,76 @@ def tables(rows: list[Row], steps: int) -> str:
         f"{steps} traced + {steps} timed steps per graph; `python benches/accuracy.py`. "
         "Ratios are measured / predicted.",
         "",
-        "**Device activation peak** (MB; measured: largest over the traced steps, "
-        "smallest in brackets; budget: bytes for activations, `f` x the original's "
-        "predicted activation peak)",
+        "**Device activation peak** (MB; measured: `measure`'s default order, inline "
+        "(a GPU executor's order) for a graph with one executor, TensorFlow's thread pool "
+        "for one with nodes on the host (swaps); largest over the traced steps, smallest "
+        'in brackets; thread pool: the same graph measured with `order="pool"` (the CPU '
+        "executor's own order, finding 11); budget: bytes for activations, `f` x the "
+        "original's predicted activation peak)",
         "",
-        "| workload | graph | budget | predicted | measured | ratio | within budget |",
-        "|---|---|---|---|---|---|---|",
+        "| workload | graph | budget | predicted | measured | ratio | within budget "
+        "| thread pool (ratio) |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         out.append(
             f"| {r.name} | original | - | {_mb(r.predicted)} | {_mb(r.measured)} "
-            f"({_mb(r.measured_min)}) | {_ratio(r.measured, r.predicted)} | - |"
+            f"({_mb(r.measured_min)}) | {_ratio(r.measured, r.predicted)} | - | "
+            f"{_pool_cell(r.measured_pool, r.inline, r.predicted)} |"
         )
         for p in r.plans:
             if p.fraction is None:
-                out.append(f"| | {p.strategy} | - | {p.error} | | | |")
+                out.append(f"| | {p.strategy} | - | {p.error} | | | | |")
                 continue
             fits = "yes" if p.measured <= p.budget_act else "**no**"
             out.append(
                 f"| | {p.strategy} ({p.swaps} swaps, {p.clones} clones) | "
                 f"{_mb(p.budget_act)} ({p.fraction}) | {_mb(p.predicted)} | "
                 f"{_mb(p.measured)} ({_mb(p.measured_min)}) | "
-                f"{_ratio(p.measured, p.predicted)} | {fits} |"
+                f"{_ratio(p.measured, p.predicted)} | {fits} | "
+                f"{_pool_cell(p.measured_pool, p.inline, p.predicted)} |"
             )
     out += [
         "",
-        "**Step time of the original graph** (ms; predicted by the simulator on the `cpu` "
-        "preset's estimates and with the measured profile (`profile().times`: each node's "
-        "share of the wall time); durations: the sum of the nodes' own durations, "
-        "concurrent ones counted in full; span: first node start to last node end of a "
-        "traced step; least loaded: the fastest untraced step / the busy time of the "
-        "least busy traced step, both less disturbed by other processes)",
+        "**Step time of the original graph** (ms; measured: median of the untraced "
+        "steps run inline between the profile's traced ones, timed from `Session.run` to "
+        "its return; predicted by the simulator on the `cpu` preset's estimates, and with "
+        'the measured profile (`profile(order="inline").times`, the kernels\' own '
+        "times); outside: this graph's measured step less its kernel times; calibrated: "
+        "the profile's times plus the time outside the kernels fitted on the OTHER "
+        "workloads' profiles (`profiling.calibrate`, leave one out: per step + per "
+        "kernel x kernels); apart: a separate timing, the original's steps run in turn "
+        "with its plans' (the planned-graphs table); span: first node start to last "
+        "node end of a traced step)",
         "",
-        "| workload | nodes | measured | estimate | ratio | with profile | ratio "
-        "| durations | span | least loaded | ratio | coverage |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| workload | kernels | measured | estimate | ratio | with profile | ratio "
+        "| outside | fit on the others | calibrated | ratio | apart | ratio | span "
+        "| coverage |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
+        cal = r.calibration
+        fit = f"{_ms(cal.per_step)} + {cal.per_kernel * 1e6:.2f} us" if cal else "-"
         out.append(
-            f"| {r.name} | {r.nodes} | {_ms(r.step)} | {_ms(r.step_estimate)} | "
+            f"| {r.name} | {len(r.prof.dispatched)} | {_ms(r.step)} | {_ms(r.step_estimate)} | "
             f"{_ratio(r.step, r.step_estimate)} | {_ms(r.step_profile)} | "
-            f"{_ratio(r.step, r.step_profile)} | {_ms(r.durations)} | {_ms(r.traced_span)} | "
-            f"{_ms(r.step_min)} / {_ms(r.busy_min)} | {_ratio(r.step_min, r.busy_min)} | "
-            f"{r.coverage:.2f} |"
+            f"{_ratio(r.step, r.step_profile)} | {_ms(r.prof.outside_time)} | {fit} | "
+            f"{_ms(r.step_calibrated)} | {_ratio(r.step, r.step_calibrated)} | "
+            f"{_ms(r.step_apart)} | {_ratio(r.step_apart, r.step_calibrated)} | "
+            f"{_ms(r.traced_span)} | {r.coverage:.2f} |"
         )
     out += [
         "",
         "**Step time of the planned graphs** (ms; predicted on the `cpu` preset's "
-        "estimates, as planned; measured: median of untraced steps run in turn with the "
-        "original's, in one process; slowdown: planned / original step time)",
+        "estimates, as planned; calibrated: the plan re-simulated with the original's "
+        "calibrated times (leave one out, as above; clones cost their originals' time); "
+        "measured: median of untraced steps run in turn with the original's, in one "
+        "process, inline where the graph has one executor; slowdown: planned / original "
+        "step time)",
         "",
-        "| workload | plan | predicted | predicted slowdown | measured | measured slowdown |",
-        "|---|---|---|---|---|---|",
+        "| workload | plan | predicted | predicted slowdown | calibrated "
+        "| calibrated slowdown | measured | ratio to calibrated | measured slowdown |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         for p in r.plans:
@@ -912,7 +996,10 @@ def tables(rows: list[Row], steps: int) -> str:
                 continue
             out.append(
                 f"| {r.name} | {p.strategy} | {_ms(p.predicted_step)} | "
-                f"{p.predicted_step / p.predicted_original_step:.2f} | {_ms(p.measured_step)} | "
+                f"{p.predicted_step / p.predicted_original_step:.2f} | "
+                f"{_ms(p.calibrated_step)} | {p.calibrated_step / r.step_calibrated:.2f} | "
+                f"{_ms(p.measured_step)} | "
+                f"{_ratio(p.measured_step, p.calibrated_step)} | "
                 f"{p.measured_step / p.measured_original_step:.2f} |"
             )
     return "\n".join(out)
@@ -946,6 +1033,7 @@ def main(argv: list[str] | None = None) -> int:
         t0 = time.perf_counter()
         rows.append(run_workload(WORKLOADS[name](), steps, args.explain, not args.no_plans))
         print(f"{name}: {time.perf_counter() - t0:.1f} s", file=sys.stderr, flush=True)
+    calibrate_left_out(rows)
     text = tables(rows, steps)
     explained = [r.explained for r in rows if r.explained is not None]
     if explained:

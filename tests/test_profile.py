@@ -20,7 +20,15 @@ from tensorflow.core.framework import step_stats_pb2
 import hybridplan
 from hybridplan.errors import InvalidArgumentError
 from hybridplan.models import small_cnn
-from hybridplan.profiling import Profile, _map_name, _profile_from_stats, _shared, profile
+from hybridplan.profiling import (
+    Calibration,
+    Profile,
+    _map_name,
+    _profile_from_stats,
+    _shared,
+    calibrate,
+    profile,
+)
 
 STEPS = 3
 
@@ -92,7 +100,12 @@ def test_profile_leaves_the_variables_and_the_graph_alone(cnn):
     w, traced, _ = cnn
     before = [v.numpy() for v in traced.variables]
     graph = traced.graph_def.SerializeToString(deterministic=True)
-    profile(traced, [w.batch(7)], steps=1, warmup=0)
+    assert not profile(traced, [w.batch(7)], steps=1, warmup=0).inline  # the pool
+    inline = profile(traced, [w.batch(7)], steps=1, warmup=0, order="inline")
+    assert inline.inline  # one executor: TensorFlow granted it
+    # One kernel at a time: (nearly) no wall time to share, times are the durations.
+    total = math.fsum(inline.durations.values())
+    assert inline.serial_time == pytest.approx(total, rel=0.02)
     assert all(np.array_equal(v.numpy(), b) for v, b in zip(traced.variables, before, strict=True))
     assert traced.graph_def.SerializeToString(deterministic=True) == graph
     # Reading attributes must not add them (``attr[key]`` on a proto map inserts the key).
@@ -107,6 +120,8 @@ def test_bad_arguments(cnn):
         profile(traced, w.batch, warmup=-1)
     with pytest.raises(InvalidArgumentError, match="no batches"):
         profile(traced, [], steps=1)
+    with pytest.raises(InvalidArgumentError, match="order"):
+        profile(traced, w.batch, order="gpu")
 
 
 # --------------------------------------------------------------------------- attribution
@@ -188,6 +203,11 @@ def test_attribution_rules_on_hand_made_stats():
     assert sum(cal.values()) == pytest.approx(prof.step_time)
     for v, t in prof.times.items():
         assert cal[v] == pytest.approx(t + (outside / 4 if v in prof.dispatched else 0.0))
+    # One profile: calibrate() falls back to the same time per kernel.
+    one = calibrate([prof])
+    assert one.per_step == 0.0 and one.per_kernel == pytest.approx(outside / 4)
+    assert one.times(prof) == pytest.approx(cal)
+    assert one.step_time(prof) == pytest.approx(prof.step_time)
 
 
 def test_executed_names_map_back_to_graphdef_nodes():
@@ -217,3 +237,58 @@ def test_concurrent_nodes_share_the_wall_time():
     assert prof.serial_time == pytest.approx(150e-6)
     assert prof.traced_span == pytest.approx(151e-6)
     assert prof.busy_times == [pytest.approx(150e-6)]
+
+
+def _made(kernels: int, outside_s: float, kernel_s: float = 1e-5) -> Profile:
+    """A profile of ``kernels`` dispatched nodes of ``kernel_s`` each, plus one absorbed
+    (fused) node of 0 s, whose untraced step took ``outside_s`` more than the kernels."""
+    times = {v: kernel_s for v in range(kernels)} | {kernels: 0.0}
+    step = kernels * kernel_s + outside_s
+    return Profile(
+        times=times,
+        step_time=step,
+        step_times=[step],
+        traced_spans=[step],
+        coverage=1.0,
+        dispatched=frozenset(range(kernels)),
+    )
+
+
+def test_calibrate_fits_a_per_step_and_a_per_kernel_time_on_other_profiles():
+    # Outside time 1 ms + 2 us per kernel on three graphs; the fourth is predicted.
+    fitted = [_made(n, 1e-3 + 2e-6 * n) for n in (100, 300, 500)]
+    cal = calibrate(fitted)
+    assert isinstance(cal, Calibration) and cal.profiles == 3
+    assert cal.per_step == pytest.approx(1e-3) and cal.per_kernel == pytest.approx(2e-6)
+    held_out = _made(200, 1e-3 + 2e-6 * 200, kernel_s=3e-5)
+    assert cal.outside(200) == pytest.approx(held_out.outside_time)
+    assert cal.step_time(held_out) == pytest.approx(held_out.step_time)
+    times = cal.times(held_out)
+    assert times[0] == pytest.approx(3e-5 + 2e-6)
+    assert times[200] == 0.0  # absorbed by a fused kernel: no dispatch of its own
+    # What the simulator's serial stream adds up, plus the per-step time once.
+    assert math.fsum(times.values()) + cal.per_step == pytest.approx(held_out.step_time)
+
+
+def test_calibrate_is_not_dragged_off_by_one_loaded_profile():
+    # Three profiles on the line, one taken on a loaded machine (10x the outside time):
+    # repeated medians keep the line of the three; least squares would not.
+    line = [_made(n, 1e-3 + 2e-6 * n) for n in (100, 300, 500)]
+    cal = calibrate([*line, _made(900, 10 * (1e-3 + 2e-6 * 900))])
+    assert cal.per_step == pytest.approx(1e-3) and cal.per_kernel == pytest.approx(2e-6)
+
+
+def test_calibrate_keeps_both_terms_non_negative():
+    # Outside time falling with the kernel count: noise, not a negative dispatch cost.
+    falling = calibrate([_made(100, 3e-3), _made(200, 2e-3), _made(400, 1e-3)])
+    assert falling.per_kernel == 0.0 and falling.per_step == pytest.approx(2e-3)
+    # A line through a negative intercept: the median time per kernel only.
+    steep = calibrate([_made(100, 0.0), _made(200, 1e-3), _made(300, 2e-3)])
+    assert steep.per_step == 0.0 and steep.per_kernel == pytest.approx(5e-6)
+    # The same kernel count everywhere: only a time per kernel can be told.
+    same = calibrate([_made(100, 1e-3), _made(100, 3e-3)])
+    assert same.per_step == 0.0 and same.per_kernel == pytest.approx(2e-5)
+    with pytest.raises(InvalidArgumentError, match="at least one"):
+        calibrate([])
+    with pytest.raises(InvalidArgumentError, match="no dispatched"):
+        calibrate([_made(0, 1e-3)])

@@ -15,7 +15,21 @@ The peak counts the buffers the step allocates: activations, gradients, temporar
 the step's outputs. Variables and optimizer slots live in resource variables allocated
 before the step and are not in it (compare with ``Analysis.activation_peak_bytes``).
 
-Step time is the median wall time of untraced ``Session.run`` calls (tracing slows ops).
+Step time is the median wall time of untraced ``Session.run`` calls (tracing slows ops),
+each timed from the call to its return, the batch already made.
+
+**The executor's order.** By default (``order="inline"``) every step runs with
+``RunOptions(inter_op_thread_pool=-1)``: TensorFlow then runs a step that has ONE executor
+(every node on one device: an original graph, a recompute plan) in the calling thread
+with every kernel inline, in the order nodes become ready (first in, first out). That is
+the order of a GPU's executor, which treats every GPU kernel as inexpensive, and of the
+core's schedule. With a thread pool, even of one thread, the CPU executor hands all but
+one of the kernels that become ready together to the pool, which runs them when the
+inline chain runs dry: in a backward pass, at its end (``docs/accuracy.md``, finding 11),
+so ready kernels hold their inputs far longer than on a GPU. A step with two executors
+(nodes on ``/device:CPU:1``: a swap plan) cannot run inline; TensorFlow then uses its
+thread pool without saying so. :attr:`Measurement.inline` tells which happened: a step
+ran inline exactly when its step stats show nodes on one device only.
 
 Example::
 
@@ -35,7 +49,20 @@ import numpy as np
 
 from .errors import InvalidArgumentError, InvalidGraphError
 
-__all__ = ["Measurement", "device_key", "measure", "replay_step_stats"]
+__all__ = [
+    "ORDERS",
+    "Measurement",
+    "device_key",
+    "measure",
+    "ran_inline",
+    "replay_step_stats",
+    "run_options",
+]
+
+#: Values of ``measure(..., order=...)``: ``"inline"`` (a step with one executor runs in
+#: the caller's thread, every kernel inline: a GPU executor's order) and ``"pool"``
+#: (TensorFlow's inter-op thread pool, the CPU executor's own order).
+ORDERS = ("inline", "pool")
 
 Batches = Sequence[Sequence[Any]] | Callable[[int], Sequence[Any]]
 
@@ -56,6 +83,10 @@ class Measurement:
         losses: the loss of every step run (warm-up, traced, timed), as numpy arrays.
         weights: every captured variable's value after the last step, in the
             order of ``traced.captures``.
+        inline: every traced step ran inline, in the order nodes become ready (asked
+            with ``order="inline"`` and granted: the step had one executor). False
+            with ``order="pool"``, and for a step with nodes on two devices (a swap
+            plan), which TensorFlow runs on its thread pool even when asked inline.
     """
 
     device: str
@@ -66,6 +97,7 @@ class Measurement:
     timeline_bytes: np.ndarray
     losses: list[np.ndarray] = field(default_factory=list)
     weights: list[np.ndarray] = field(default_factory=list)
+    inline: bool = False
 
     @property
     def device_peak(self) -> int:
@@ -129,6 +161,7 @@ def measure(
     warmup: int = 1,
     num_cpus: int = 2,
     inter_op_threads: int = 1,
+    order: str = "inline",
 ) -> Measurement:
     """Runs ``graph_def`` as a training step in a Session and measures memory and time.
 
@@ -147,14 +180,22 @@ def measure(
             default, runs the step as one stream, like an accelerator's compute
             stream, and the measured peak repeats from step to step; 0 lets
             TensorFlow choose (one per core), and the peak then varies with
-            which ready op each thread picks (docs/accuracy.md).
+            which ready op each thread picks (docs/accuracy.md). With
+            ``order="inline"`` it only matters for steps that cannot run inline.
+        order: ``"inline"`` (default): every step (warm-up, traced, timed) is asked
+            to run inline, in the order nodes become ready, as a GPU's executor runs
+            them; TensorFlow grants it to a step with one executor and silently uses
+            its thread pool for a step with two (see :attr:`Measurement.inline`).
+            ``"pool"``: always the thread pool, the CPU executor's own order, which
+            defers kernels that become ready together (the measured peak is then
+            larger and varies between Sessions; the behaviour before this option).
 
     Returns:
         A :class:`Measurement`. The caller's variables are left untouched: the Session
         runs on copies.
 
     Raises:
-        InvalidArgumentError: ``steps`` < 1, or no batches.
+        InvalidArgumentError: ``steps`` < 1, no batches, or an unknown ``order``.
         InvalidGraphError: TensorFlow rejects the GraphDef.
 
     Example::
@@ -168,22 +209,30 @@ def measure(
 
     if steps < 1:
         raise InvalidArgumentError(f"steps must be >= 1, got {steps}")
+    plain = run_options(order)
     batch_at = _batch_source(batches)
     graph, feeds, fetches, init, variables = _session_graph(traced, graph_def)
     config = session_config(num_cpus, inter_op_threads)
 
     losses: list[np.ndarray] = []
+    inline: list[bool] = []
     with tf.compat.v1.Session(graph=graph, config=config) as sess:
         sess.run(init)
-        run = _runner(sess, feeds, fetches, batch_at, traced.loss_index, losses)
+        run = _Runner(sess, feeds, fetches, batch_at, traced.loss_index, losses)
+
+        def traced_run(seed: int, options: Any) -> Any:
+            metadata = run(seed, options)
+            inline.append(order == "inline" and ran_inline(metadata.step_stats))
+            return metadata
+
         for s in range(warmup):
-            run(s, None)
-        peaks, timeline = _traced_steps(run, range(warmup, warmup + steps), device)
+            run(s, plain)
+        seeds = range(warmup, warmup + steps)
+        peaks, timeline = _traced_steps(traced_run, seeds, device, run_options(order, True))
         times = []
         for s in range(warmup + steps, warmup + 2 * steps):
-            t0 = time.perf_counter()
-            run(s, None)
-            times.append(time.perf_counter() - t0)
+            run(s, plain)
+            times.append(run.seconds)
         weights = [np.asarray(w) for w in sess.run(variables)]
     return Measurement(
         device=device,
@@ -194,7 +243,35 @@ def measure(
         timeline_bytes=timeline[1],
         losses=losses,
         weights=weights,
+        inline=all(inline),
     )
+
+
+def run_options(order: str = "inline", trace: bool = False) -> Any:
+    """``RunOptions`` for a step in the executor's ``order`` (see :func:`measure`):
+    ``inter_op_thread_pool=-1`` for ``"inline"``, the Session's pool for ``"pool"``;
+    ``trace`` adds ``FULL_TRACE`` (per-node times and allocation records).
+
+    Raises:
+        InvalidArgumentError: ``order`` is not in :data:`ORDERS`.
+    """
+    import tensorflow as tf
+
+    if order not in ORDERS:
+        raise InvalidArgumentError(f"order must be one of {ORDERS}, got {order!r}")
+    options = tf.compat.v1.RunOptions(inter_op_thread_pool=-1 if order == "inline" else 0)
+    if trace:
+        options.trace_level = tf.compat.v1.RunOptions.FULL_TRACE
+    return options
+
+
+def ran_inline(step_stats: Any) -> bool:
+    """Whether a step asked to run inline (``inter_op_thread_pool=-1``) really did:
+    TensorFlow grants it only to a step with one executor, i.e. whose nodes all ran on
+    one device, and otherwise falls back to its thread pool without a word. (The step
+    stats' ``thread_id`` is not filled in, so the device count is the evidence.)"""
+    devices = {device_key(dev.device) for dev in step_stats.dev_stats if dev.node_stats}
+    return len(devices) <= 1
 
 
 def session_config(num_cpus: int, inter_op_threads: int = 0) -> Any:
@@ -225,13 +302,13 @@ def session_config(num_cpus: int, inter_op_threads: int = 0) -> Any:
 
 
 def _traced_steps(
-    run: Callable[[int, Any], Any], seeds: range, device: str
+    run: Callable[[int, Any], Any], seeds: range, device: str, options: Any = None
 ) -> tuple[dict[str, list[int]], tuple[np.ndarray, np.ndarray]]:
-    """Runs FULL_TRACE steps: each device's peak per step (0 where a step allocated
-    nothing there), and the device timeline of the step with the largest peak."""
-    import tensorflow as tf
-
-    options = tf.compat.v1.RunOptions(trace_level=tf.compat.v1.RunOptions.FULL_TRACE)
+    """Runs FULL_TRACE steps (``options``: ``run_options("pool", True)`` when None):
+    each device's peak per step (0 where a step allocated nothing there), and the
+    device timeline of the step with the largest peak."""
+    if options is None:
+        options = run_options("pool", trace=True)
     replays = [replay_step_stats(run(seed, options).step_stats) for seed in seeds]
     keys = sorted({key for replay in replays for key in replay})
     peaks = {
@@ -254,33 +331,45 @@ def _batch_source(batches: Batches) -> Callable[[int], Sequence[Any]]:
     return lambda s: items[s % len(items)]
 
 
-def _runner(
-    sess: Any,
-    feeds: list[Any],
-    fetches: list[Any],
-    batch_at: Callable[[int], Sequence[Any]],
-    loss_index: int,
-    losses: list[np.ndarray],
-) -> Callable[[int, Any], Any]:
-    import tensorflow as tf
+class _Runner:
+    """``run(seed, options) -> RunMetadata``: one step on the batch of ``seed``.
 
-    def run(seed: int, options: Any) -> Any:
-        flat = tf.nest.flatten(list(batch_at(seed)))
-        if len(flat) != len(feeds):
+    :attr:`seconds` is the wall time of the last ``Session.run`` alone: the batch is
+    made (``batch_at(seed)``, often a random draw in Python) before the clock starts,
+    so that a timed step is the step and not the making of its data (a 1024x256 draw
+    takes ~3 ms, a fifth of the MLP's step: ``docs/accuracy.md``, finding 9).
+    """
+
+    def __init__(
+        self,
+        sess: Any,
+        feeds: list[Any],
+        fetches: list[Any],
+        batch_at: Callable[[int], Sequence[Any]],
+        loss_index: int,
+        losses: list[np.ndarray],
+    ):
+        self.sess, self.feeds, self.fetches = sess, feeds, fetches
+        self.batch_at, self.loss_index, self.losses = batch_at, loss_index, losses
+        self.seconds = float("nan")
+
+    def __call__(self, seed: int, options: Any) -> Any:
+        import tensorflow as tf
+
+        flat = tf.nest.flatten(list(self.batch_at(seed)))
+        if len(flat) != len(self.feeds):
             raise InvalidArgumentError(
-                f"a batch has {len(flat)} tensor(s); the step takes {len(feeds)}"
+                f"a batch has {len(flat)} tensor(s); the step takes {len(self.feeds)}"
             )
+        feed_dict = dict(zip(self.feeds, flat, strict=True))
         metadata = tf.compat.v1.RunMetadata()
-        values = sess.run(
-            fetches,
-            feed_dict=dict(zip(feeds, flat, strict=True)),
-            options=options,
-            run_metadata=metadata,
+        t0 = time.perf_counter()
+        values = self.sess.run(
+            self.fetches, feed_dict=feed_dict, options=options, run_metadata=metadata
         )
-        losses.append(np.asarray(values[loss_index]))
+        self.seconds = time.perf_counter() - t0
+        self.losses.append(np.asarray(values[self.loss_index]))
         return metadata
-
-    return run
 
 
 def _session_graph(traced: Any, graph_def: Any) -> tuple[Any, list[Any], list[Any], Any, list[Any]]:

@@ -60,17 +60,26 @@ Example::
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import re
 import statistics
-import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from .errors import InvalidArgumentError
-from .measuring import Batches, _batch_source, _runner, _session_graph, session_config
+from .measuring import (
+    Batches,
+    _batch_source,
+    _Runner,
+    _session_graph,
+    ran_inline,
+    run_options,
+    session_config,
+)
 
-__all__ = ["Profile", "profile"]
+__all__ = ["Calibration", "Profile", "calibrate", "profile"]
 
 #: The import scope of the Session graph (see ``measuring._session_graph``).
 _SCOPE = "step"
@@ -129,6 +138,8 @@ class Profile:
         dispatched: GraphDef indices of the nodes that ran as a kernel of their own
             (under their own name, or as the fused kernel named after them); the nodes a
             fused kernel absorbed are not in it.
+        inline: the traced steps ran inline, one kernel at a time (``order="inline"``
+            granted; see :func:`profile`).
     """
 
     times: dict[int, float]
@@ -144,6 +155,7 @@ class Profile:
     removed: frozenset[int] = frozenset()
     unmapped: dict[str, float] = field(default_factory=dict)
     dispatched: frozenset[int] = frozenset()
+    inline: bool = False
 
     @property
     def serial_time(self) -> float:
@@ -184,6 +196,96 @@ class Profile:
         )
 
 
+@dataclass(frozen=True)
+class Calibration:
+    """Time a step costs outside its kernels, fitted over profiles (:func:`calibrate`):
+    ``outside = per_step + per_kernel * kernels``, where ``kernels`` is the number of
+    kernels the step dispatches (``len(Profile.dispatched)``).
+
+    Attributes:
+        per_step: seconds each step costs once (``Session.run``, feeding, fetching,
+            the executor's start and end).
+        per_kernel: seconds each dispatched kernel costs besides its own run time
+            (the executor's dispatch between nodes).
+        profiles: how many profiles the fit used.
+    """
+
+    per_step: float
+    per_kernel: float
+    profiles: int = 0
+
+    def outside(self, kernels: int) -> float:
+        """Predicted seconds outside the kernels of a step dispatching ``kernels``."""
+        return self.per_step + self.per_kernel * kernels
+
+    def times(self, prof: Profile) -> dict[int, float]:
+        """``prof.times`` with :attr:`per_kernel` added to every dispatched node: what
+        to pass as ``plan(..., profile=...)``, so that a clone also pays a dispatch.
+        Add :attr:`per_step` once to the simulated step time."""
+        extra = self.per_kernel
+        return {v: t + (extra if v in prof.dispatched else 0.0) for v, t in prof.times.items()}
+
+    def step_time(self, prof: Profile) -> float:
+        """Predicted wall seconds of the profiled graph's step: its kernel times plus
+        :meth:`outside` (what the simulator's serial stream gives with :meth:`times`,
+        plus :attr:`per_step`)."""
+        return prof.serial_time + self.outside(len(prof.dispatched))
+
+
+def calibrate(profiles: Sequence[Profile]) -> Calibration:
+    """Fits :class:`Calibration` to the outside time of other graphs' profiles.
+
+    A line ``outside = per_step + per_kernel * kernels`` through the points
+    ``(len(Profile.dispatched), Profile.outside_time)``, fitted by repeated medians
+    (Siegel: for each point the median of its slopes to the others, the slope the median
+    of those; the intercept the median of ``outside - slope * kernels``), which a profile
+    taken while something else loaded the machine cannot drag off as it drags a least-
+    squares line: fewer than half the points wrong leave the fit where the others put
+    it. Both terms stay non-negative: a negative slope keeps the median outside time
+    per step only; a negative intercept keeps the median outside time per kernel only.
+    With one kernel count among the profiles, only a time per kernel can be told (as
+    :attr:`Profile.calibrated_times` spreads it).
+
+    Apply the result to a graph that was NOT among ``profiles`` (leave one out) to
+    predict its wall time from its kernel times alone; applied to its own profile it
+    only restates the measurement.
+
+    Raises:
+        InvalidArgumentError: no profiles, or a profile with no kernels.
+
+    Complexity:
+        O(P^2 log P) for P profiles.
+
+    Example::
+
+        cal = calibrate([profile(t, b) for t, b in others])
+        prof = profile(traced, batch)
+        p = hybridplan.plan(traced, budget, device="cpu", profile=cal.times(prof))
+        p.report["original"]["step_time_s"] + cal.per_step  # vs the measured step
+    """
+    points = [(float(len(p.dispatched)), p.outside_time) for p in profiles]
+    if not points:
+        raise InvalidArgumentError("calibrate needs at least one profile")
+    if any(n == 0 for n, _ in points):
+        raise InvalidArgumentError("a profile has no dispatched kernels: nothing to fit")
+    k = len(points)
+    per_kernel_only = Calibration(0.0, statistics.median(o / n for n, o in points), k)
+    slopes = []
+    for n, o in points:
+        mine = [(o2 - o) / (n2 - n) for n2, o2 in points if n2 != n]
+        if mine:
+            slopes.append(statistics.median(mine))
+    if not slopes:  # one kernel count
+        return per_kernel_only
+    slope = statistics.median(slopes)
+    if slope <= 0:
+        return Calibration(statistics.median(o for _, o in points), 0.0, k)
+    intercept = statistics.median(o - slope * n for n, o in points)
+    if intercept < 0:
+        return per_kernel_only
+    return Calibration(intercept, slope, k)
+
+
 def profile(
     traced: Any,
     batches: Batches,
@@ -192,6 +294,7 @@ def profile(
     *,
     warmup: int = 2,
     num_cpus: int = 2,
+    order: str = "pool",
 ) -> Profile:
     """Measures the per-node op times of a training step on the current machine.
 
@@ -207,12 +310,20 @@ def profile(
             growth happen there and would otherwise inflate the first times).
         num_cpus: logical CPU devices of the Session (2: device and host, as
             :func:`~hybridplan.measuring.measure` uses).
+        order: ``"pool"`` (default): TensorFlow's inter-op pool (one thread per core),
+            whose concurrent nodes share the wall time (see above); ``"inline"``: every
+            step asked to run inline, one kernel at a time in the order nodes become
+            ready (a GPU executor's order, as ``measure`` runs by default), so
+            :attr:`Profile.times` are plain durations and :attr:`Profile.step_time` is
+            a one-stream step. A step with two executors falls back to the pool
+            (:attr:`Profile.inline` says which ran).
 
     Returns:
         A :class:`Profile`. The caller's variables are left untouched.
 
     Raises:
-        InvalidArgumentError: ``steps`` < 1, ``warmup`` < 0, or no batches.
+        InvalidArgumentError: ``steps`` < 1, ``warmup`` < 0, no batches, or an unknown
+            ``order``.
         InvalidGraphError: TensorFlow rejects the GraphDef.
 
     Example::
@@ -226,27 +337,28 @@ def profile(
         raise InvalidArgumentError(f"steps must be >= 1, got {steps}")
     if warmup < 0:
         raise InvalidArgumentError(f"warmup must be >= 0, got {warmup}")
+    plain, options = run_options(order), run_options(order, trace=True)
     batch_at = _batch_source(batches)
     source = traced.graph_def if graph_def is None else graph_def
     graph, feeds, fetches, init, _ = _session_graph(traced, source)
     config = session_config(num_cpus)
-    options = tf.compat.v1.RunOptions(trace_level=tf.compat.v1.RunOptions.FULL_TRACE)
 
     stats = []
     wall: list[float] = []
     losses: list[Any] = []
     with tf.compat.v1.Session(graph=graph, config=config) as sess:
         sess.run(init)
-        run = _runner(sess, feeds, fetches, batch_at, traced.loss_index, losses)
+        run = _Runner(sess, feeds, fetches, batch_at, traced.loss_index, losses)
         for s in range(warmup):
-            run(s, None)
+            run(s, plain)
         for k in range(steps):
             seed = warmup + 2 * k
             stats.append(run(seed, options).step_stats)
-            t0 = time.perf_counter()
-            run(seed + 1, None)
-            wall.append(time.perf_counter() - t0)
-    return _profile_from_stats(source, stats, wall)
+            run(seed + 1, plain)
+            wall.append(run.seconds)
+    prof = _profile_from_stats(source, stats, wall)
+    inline = order == "inline" and all(ran_inline(s) for s in stats)
+    return dataclasses.replace(prof, inline=inline)
 
 
 # --------------------------------------------------------------------------- attribution
