@@ -46,6 +46,14 @@ pub struct Layout<'a> {
     /// Buffers made by a source op (a constant, a fed input): held for the
     /// step, never written in place.
     pub(super) buf_source: Vec<bool>,
+    /// The ops that may write their output in place, in position order:
+    /// (position, output buffer); their candidate inputs, those that fit
+    /// whatever the plan (dtype, size, not a source's, read in one slot),
+    /// in the order the op tries them: `site_in[site_off[i]..site_off[i+1]]`
+    /// as (input slot, buffer).
+    pub(super) sites: Vec<(u32, u32)>,
+    pub(super) site_off: Vec<u32>,
+    pub(super) site_in: Vec<(u32, u32)>,
 }
 
 impl<'a> Layout<'a> {
@@ -100,6 +108,18 @@ impl<'a> Layout<'a> {
             }
             buf_off.push(buf_bytes.len() as u32);
         }
+        let fwd = crate::inplace::table(g);
+        let (sites, site_off, site_in) = forwarding_sites(
+            g,
+            s,
+            &fwd,
+            &in_off,
+            &in_buf,
+            &buf,
+            &slot,
+            &buf_bytes,
+            &buf_source,
+        );
         Ok(Layout {
             g,
             s,
@@ -112,8 +132,60 @@ impl<'a> Layout<'a> {
             buf_bytes,
             buf,
             slot,
-            fwd: crate::inplace::table(g),
+            fwd,
             buf_source,
+            sites,
+            site_off,
+            site_in,
         })
     }
+}
+
+/// [`Layout::sites`], [`Layout::site_off`], [`Layout::site_in`].
+type SiteLists = (Vec<(u32, u32)>, Vec<u32>, Vec<(u32, u32)>);
+
+/// The static part of in-place forwarding ([`Layout::sites`]): per op that
+/// may forward, the candidate inputs that fit whatever the plan does. A
+/// plan changes only who reads last (and, for an op whose inputs it
+/// redirects, which buffer it reads: the simulator checks those apart).
+#[allow(clippy::too_many_arguments)]
+fn forwarding_sites(
+    g: &Graph,
+    s: &Schedule,
+    fwd: &[u8],
+    in_off: &[u32],
+    in_buf: &[u32],
+    buf: &[u32],
+    slot: &[u32],
+    buf_bytes: &[u64],
+    buf_source: &[bool],
+) -> SiteLists {
+    let (mut sites, mut site_off, mut site_in) = (Vec::new(), vec![0u32], Vec::new());
+    for (q, &v) in s.order.iter().enumerate() {
+        let Some((f, out)) = crate::inplace::of_node(g, fwd, v) else {
+            continue;
+        };
+        let u = buf[slot[out as usize] as usize];
+        if u == NONE {
+            continue;
+        }
+        let ins = &in_buf[in_off[q] as usize..in_off[q + 1] as usize];
+        let before = site_in.len();
+        for k in f.slots(ins.len()) {
+            let b = ins[k];
+            if b != NONE
+                && !buf_source[b as usize]
+                && buf_bytes[b as usize] == buf_bytes[u as usize]
+                && crate::inplace::fits(g, v, k, out)
+                && ins.iter().filter(|&&x| x == b).count() == 1
+            {
+                site_in.push((k as u32, b));
+            }
+        }
+        if site_in.len() > before {
+            sites.push((q as u32, u));
+            site_off.push(site_in.len() as u32);
+        }
+    }
+    (sites, site_off, site_in)
 }
