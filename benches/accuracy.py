@@ -23,8 +23,11 @@ What is compared (ratios are measured / predicted, so > 1 means the model is sho
   ``f`` in (0.7, 0.8, 0.9) that plans. Predicted: ``plan.planned.peak_bytes - persistent``;
   measured: the rewritten graph's device peak, and whether it is within
   ``budget - persistent``. A plan with swaps has nodes on the host, so two executors,
-  which TensorFlow runs on its thread pool even when asked inline
-  (``Measurement.inline`` is then False).
+  which TensorFlow runs on its thread pool even when asked inline; it is measured with
+  ``measure(..., host_on_device=True)``: its swap-outs run on the device (one executor,
+  inline) and the copies they allocate are tallied as host memory, not in the device's
+  peak. The "thread pool" column is the rewritten graph as written (swap-outs on the
+  host) with ``order="pool"``.
 - **Step time, original graph.** Measured: the median wall time of the untraced
   ``Session.run`` steps (the batch made before the clock starts) that ``profile`` runs
   inline, alternately with its traced ones (so that both see the same machine load).
@@ -320,7 +323,11 @@ def _run_plans(b: Bench, a: Any, steps: int, explain: bool = False) -> list[Plan
             row.predicted_step = planned.step_time_s
             row.predicted_original_step = result.plan.original.step_time_s
             row.swaps, row.clones = planned.swaps, planned.clones
-            m = measuring.measure(b.traced, result.graph_def, b.batch, steps=steps)
+            # Swap-outs on the device, their copies tallied as host memory: one executor,
+            # so inline (no effect on a recompute plan).
+            m = measuring.measure(
+                b.traced, result.graph_def, b.batch, steps=steps, host_on_device=True
+            )
             row.measured, row.inline = m.device_peak, m.inline
             row.measured_min = min(m.step_peaks.get(m.device, [0]))
             row.measured_pool = _pool_peak(b, m, steps, result.graph_def)
@@ -789,10 +796,12 @@ def explain_plan(b: Bench, a: Any, strategy: str, result: Any, top: int = 10) ->
     The planner puts each swap-in (and each recompute unit's clones) after a trigger op
     chosen by its position in the lowest-id schedule; the executor runs a node as soon
     as its inputs are ready. Times are percentages of one traced step of the rewritten
-    graph (first node start to last node end); the trigger's planned place is its
+    graph as the table measures it (swap-outs on the device, inline; first node start
+    to last node end); the trigger's planned place is its
     schedule position as a percentage of the graph's nodes.
     """
-    stats = _traced_stats(b, 1, result.graph_def)[0]
+    graph_def, _ = measuring.place_host_on_device(result.graph_def, "/device:CPU:0")
+    stats = _traced_stats(b, 1, graph_def)[0]  # as measured: host_on_device, inline
     start, first, last = {}, math.inf, -math.inf
     for dev in stats.dev_stats:
         for ns in dev.node_stats:
@@ -830,7 +839,8 @@ def explain_plan(b: Bench, a: Any, strategy: str, result: Any, top: int = 10) ->
             f"{at([nodes[v].name for v in rc['nodes']])} | - | {at(clones)} |"
         )
     head = [
-        f"{b.name}, {strategy}: when the inserted nodes ran (percent of a traced step)",
+        f"{b.name}, {strategy}: when the inserted nodes ran (percent of a traced step, "
+        "inline, swap-outs on the device)",
         "",
         "| decision | trigger (op) | trigger planned at | trigger ran at | original ran at "
         "| swap-out ran at | swap-in / clones ran at |",
@@ -930,9 +940,12 @@ def tables(rows: list[Row], steps: int) -> str:
         "Ratios are measured / predicted.",
         "",
         "**Device activation peak** (MB; measured: `measure`'s default order, inline "
-        "(a GPU executor's order) for a graph with one executor, TensorFlow's thread pool "
-        "for one with nodes on the host (swaps); largest over the traced steps, smallest "
-        'in brackets; thread pool: the same graph measured with `order="pool"` (the CPU '
+        "(a GPU executor's order); a plan with swaps with `host_on_device=True` (its "
+        "swap-outs run on the device, so the step has one executor and runs inline, and "
+        "the host copies they allocate are left out of the device's tally); largest "
+        "over the traced steps, smallest "
+        'in brackets; thread pool: the same graph measured with `order="pool"`, a swap '
+        "plan with its swap-outs on the host (the CPU "
         "executor's own order, finding 11); budget: bytes for activations, `f` x the "
         "original's predicted activation peak; + batch: the measured peak plus the fed "
         "batch, which the model counts on the device and the allocation records leave "

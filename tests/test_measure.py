@@ -2,7 +2,9 @@
 
 The claim under test: on CPU emulation, swapping an MLP's forward activations to the
 host (``DeepCopy`` to ``/device:CPU:1``) lowers the device's measured peak well below the
-original's, and the host holds exactly the swapped bytes.
+original's, and the host holds exactly the swapped bytes. Measured with
+``host_on_device=True`` the same swap plan runs inline (one executor) and the host copies
+are tallied as host memory, not in the device's peak.
 """
 
 from __future__ import annotations
@@ -53,8 +55,10 @@ def mlp():
     return traced, batches
 
 
-def test_swapping_activations_lowers_the_measured_device_peak(mlp):
-    traced, batches = mlp
+@pytest.fixture(scope="module")
+def swapped(mlp):
+    """The MLP's six ReLU outputs swapped to the host (``"cpu-emulation"`` rewrite)."""
+    traced, _ = mlp
     s = Structure(traced.graph_def, traced.loss)
     relus = s.candidates("Relu")
     assert len(relus) == LAYERS
@@ -67,7 +71,12 @@ def test_swapping_activations_lowers_the_measured_device_peak(mlp):
         # Release node (as the planner sets them, plan/release.rs): the next layer's
         # forward MatMul waits for this copy, so the executor cannot run ahead of it.
         swap["release"] = s.split(relus[k + 1])[0][0]
-    out = rewrite_with_summary(traced.graph_def, plan, target="cpu-emulation")
+    return rewrite_with_summary(traced.graph_def, plan, target="cpu-emulation")
+
+
+def test_swapping_activations_lowers_the_measured_device_peak(mlp, swapped):
+    traced, batches = mlp
+    out = swapped
     weights = [v.numpy() for v in traced.variables]
 
     # A swap plan has two executors, so TensorFlow runs it on its thread pool even when
@@ -182,3 +191,42 @@ def test_bad_arguments(mlp):
         measure(traced, None, [], steps=1)
     with pytest.raises(InvalidArgumentError, match="order"):
         measure(traced, None, batches, steps=1, order="gpu")
+
+
+def test_host_on_device_runs_a_swap_plan_inline_with_the_copies_as_host_memory(mlp, swapped):
+    """``host_on_device=True``: the swap-outs run on the device, so the step has one
+    executor and runs inline (a GPU executor's order, deterministic), and the bytes they
+    allocate are tallied under the host, not the device; the arithmetic is unchanged."""
+    traced, batches = mlp
+    device, host = "/device:CPU:0", "/device:CPU:1"
+    base = measure(traced, None, batches, steps=2)
+    m = measure(traced, swapped.graph_def, batches, steps=2, host_on_device=True)
+    assert base.inline and m.inline
+    assert sorted(m.host_nodes) == sorted(swapped.summary.swap_out)
+    # Every swap-out's copy (2 MiB each, all made before the first swap-in) is charged
+    # to the host; each record goes to one device, so none of them is in the device's.
+    swapped_bytes = LAYERS * BATCH * WIDTH * 4
+    assert m.step_peaks[host] == [swapped_bytes] * 2
+    # The original buffers are freed after their copies: the device holds about half
+    # the original's peak (8.4 against 16.5 MB), the same in every step.
+    assert len(set(m.step_peaks[device])) == 1
+    assert m.device_peak < 0.6 * base.device_peak
+    assert [a.tobytes() for a in base.losses] == [a.tobytes() for a in m.losses]
+    assert all(np.array_equal(a, b) for a, b in zip(base.weights, m.weights, strict=True))
+    # A graph without nodes on other devices is measured as without the option.
+    same = measure(traced, None, batches, steps=1, host_on_device=True)
+    assert same.inline and same.host_nodes == () and host not in same.peak_bytes
+
+
+def test_replay_charges_the_named_nodes_to_another_device():
+    stats = step_stats_pb2.StepStats()
+    dev0 = stats.dev_stats.add(device="/job:localhost/replica:0/task:0/device:CPU:0")
+    a = dev0.node_stats.add(node_name="a").memory.add(allocator_name="cpu")
+    a.allocation_records.add(alloc_micros=100, alloc_bytes=50)
+    b = dev0.node_stats.add(node_name="step/copy").memory.add(allocator_name="cpu")
+    b.allocation_records.add(alloc_micros=200, alloc_bytes=30)
+    b.allocation_records.add(alloc_micros=300, alloc_bytes=-30)
+    out = replay_step_stats(stats, {"step/copy": "/device:CPU:1"})
+    assert out["/device:CPU:0"][1].tolist() == [50]
+    assert out["/device:CPU:1"][1].tolist() == [30, 0]
+    assert replay_step_stats(stats)["/device:CPU:0"][1].tolist() == [50, 80, 50]

@@ -31,6 +31,17 @@ so ready kernels hold their inputs far longer than on a GPU. A step with two exe
 thread pool without saying so. :attr:`Measurement.inline` tells which happened: a step
 ran inline exactly when its step stats show nodes on one device only.
 
+**A swap plan, inline** (``host_on_device=True``). The nodes placed on another device
+than ``device`` (in a ``"cpu-emulation"`` rewrite: the ``DeepCopy`` swap-outs on
+``/device:CPU:1``) are moved onto ``device``, so that the step has one executor and runs
+inline, and the buffers they allocate (the host copies) are tallied under the device
+they were placed on, not ``device``: on an accelerator they would be host memory. The
+rest is as on the device: the original buffer of a swapped tensor is freed by
+TensorFlow after its last reader and the copy (its producer's records), the swap-in's
+copy is a device buffer. Only the measurement changes (no extra cross-device transfer,
+the copy runs in the step's own order); the arithmetic is the same (same losses).
+:attr:`Measurement.host_nodes` names the nodes tallied so.
+
 Example::
 
     m = measure(traced, rewritten_graph_def, workload.batch, steps=3)
@@ -41,7 +52,7 @@ from __future__ import annotations
 
 import statistics
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -54,6 +65,7 @@ __all__ = [
     "Measurement",
     "device_key",
     "measure",
+    "place_host_on_device",
     "ran_inline",
     "replay_step_stats",
     "run_options",
@@ -87,6 +99,10 @@ class Measurement:
             with ``order="inline"`` and granted: the step had one executor). False
             with ``order="pool"``, and for a step with nodes on two devices (a swap
             plan), which TensorFlow runs on its thread pool even when asked inline.
+            With ``host_on_device=True`` a swap plan has one executor and runs inline.
+        host_nodes: with ``host_on_device=True``, the nodes moved from another device
+            onto :attr:`device` (a swap plan's swap-outs), whose allocations are
+            tallied under the device they were placed on (empty otherwise).
     """
 
     device: str
@@ -98,6 +114,7 @@ class Measurement:
     losses: list[np.ndarray] = field(default_factory=list)
     weights: list[np.ndarray] = field(default_factory=list)
     inline: bool = False
+    host_nodes: tuple[str, ...] = ()
 
     @property
     def device_peak(self) -> int:
@@ -122,12 +139,17 @@ def device_key(device: str) -> str:
     return device[at:] if at >= 0 else device
 
 
-def replay_step_stats(step_stats: Any) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+def replay_step_stats(
+    step_stats: Any, device_of: Mapping[str, str] | None = None
+) -> dict[str, tuple[np.ndarray, np.ndarray]]:
     """Per-device memory timelines from one step's ``StepStats``.
 
     Every allocation record of every node is charged to the device of the node that
-    allocated it; the records of a device are sorted by time (ties keep record order)
-    and accumulated.
+    allocated it (TensorFlow files a buffer's deallocation with the node that allocated
+    it); the records of a device are sorted by time (ties keep record order) and
+    accumulated. ``device_of`` (node name as in the step stats -> device key) charges
+    the records of the nodes it names to that device instead (the nodes that
+    ``host_on_device`` moved, see :func:`measure`).
 
     Returns:
         ``{device_key: (times_us, bytes_in_use)}``; times are relative to the earliest
@@ -137,9 +159,12 @@ def replay_step_stats(step_stats: Any) -> dict[str, tuple[np.ndarray, np.ndarray
         O(R log R) for R allocation records.
     """
     events: dict[str, list[tuple[int, int]]] = {}
+    device_of = device_of or {}
     for dev in step_stats.dev_stats:
-        bucket = events.setdefault(device_key(dev.device), [])
+        key = device_key(dev.device)
+        events.setdefault(key, [])
         for ns in dev.node_stats:
+            bucket = events.setdefault(device_of.get(ns.node_name, key), [])
             for mem in ns.memory:
                 bucket.extend((r.alloc_micros, r.alloc_bytes) for r in mem.allocation_records)
     start = min((t for recs in events.values() for t, _ in recs), default=0)
@@ -162,6 +187,7 @@ def measure(
     num_cpus: int = 2,
     inter_op_threads: int = 1,
     order: str = "inline",
+    host_on_device: bool = False,
 ) -> Measurement:
     """Runs ``graph_def`` as a training step in a Session and measures memory and time.
 
@@ -189,6 +215,12 @@ def measure(
             ``"pool"``: always the thread pool, the CPU executor's own order, which
             defers kernels that become ready together (the measured peak is then
             larger and varies between Sessions; the behaviour before this option).
+        host_on_device: run the nodes placed on other devices than ``device`` (a
+            ``"cpu-emulation"`` swap plan's swap-outs, on ``/device:CPU:1``) on
+            ``device``, so that a swap plan has one executor and runs inline, and
+            tally their allocations (the host copies) under the device they were
+            placed on, not ``device`` (see the module docstring). A measuring option:
+            the GraphDef given is not changed. No effect on a graph without such nodes.
 
     Returns:
         A :class:`Measurement`. The caller's variables are left untouched: the Session
@@ -202,8 +234,8 @@ def measure(
 
         base = measure(traced, None, workload.batch)
         swap = measure(traced, rewrite(traced.graph_def, plan, "cpu-emulation"),
-                       workload.batch)
-        swap.device_peak / base.device_peak
+                       workload.batch, host_on_device=True)
+        swap.inline, swap.device_peak / base.device_peak
     """
     import tensorflow as tf
 
@@ -211,6 +243,12 @@ def measure(
         raise InvalidArgumentError(f"steps must be >= 1, got {steps}")
     plain = run_options(order)
     batch_at = _batch_source(batches)
+    device_of: dict[str, str] = {}
+    if host_on_device:
+        graph_def, moved = place_host_on_device(
+            traced.graph_def if graph_def is None else graph_def, device
+        )
+        device_of = {f"step/{name}": key for name, key in moved.items()}
     graph, feeds, fetches, init, variables = _session_graph(traced, graph_def)
     config = session_config(num_cpus, inter_op_threads)
 
@@ -228,7 +266,9 @@ def measure(
         for s in range(warmup):
             run(s, plain)
         seeds = range(warmup, warmup + steps)
-        peaks, timeline = _traced_steps(traced_run, seeds, device, run_options(order, True))
+        peaks, timeline = _traced_steps(
+            traced_run, seeds, device, run_options(order, True), device_of
+        )
         times = []
         for s in range(warmup + steps, warmup + 2 * steps):
             run(s, plain)
@@ -244,7 +284,28 @@ def measure(
         losses=losses,
         weights=weights,
         inline=all(inline),
+        host_nodes=tuple(name.removeprefix("step/") for name in device_of),
     )
+
+
+def place_host_on_device(graph_def: Any, device: str) -> tuple[Any, dict[str, str]]:
+    """A copy of ``graph_def`` whose nodes placed on another device than ``device`` are
+    placed on ``device``, and ``{moved node name: device key it was placed on}``
+    (``measure(..., host_on_device=True)``). Nodes without a device stay so. O(nodes)."""
+    import tensorflow as tf
+
+    want = device_key(tf.DeviceSpec.from_string(device).to_string())
+    out = type(graph_def)()
+    out.CopyFrom(graph_def)
+    moved: dict[str, str] = {}
+    for node in out.node:
+        if not node.device:
+            continue
+        key = device_key(tf.DeviceSpec.from_string(node.device).to_string())
+        if key != want:
+            moved[node.name] = key
+            node.device = device
+    return out, moved
 
 
 def run_options(order: str = "inline", trace: bool = False) -> Any:
@@ -302,14 +363,19 @@ def session_config(num_cpus: int, inter_op_threads: int = 0) -> Any:
 
 
 def _traced_steps(
-    run: Callable[[int, Any], Any], seeds: range, device: str, options: Any = None
+    run: Callable[[int, Any], Any],
+    seeds: range,
+    device: str,
+    options: Any = None,
+    device_of: Mapping[str, str] | None = None,
 ) -> tuple[dict[str, list[int]], tuple[np.ndarray, np.ndarray]]:
     """Runs FULL_TRACE steps (``options``: ``run_options("pool", True)`` when None):
     each device's peak per step (0 where a step allocated nothing there), and the
-    device timeline of the step with the largest peak."""
+    device timeline of the step with the largest peak. ``device_of``: as in
+    :func:`replay_step_stats`."""
     if options is None:
         options = run_options("pool", trace=True)
-    replays = [replay_step_stats(run(seed, options).step_stats) for seed in seeds]
+    replays = [replay_step_stats(run(seed, options).step_stats, device_of) for seed in seeds]
     keys = sorted({key for replay in replays for key in replay})
     peaks = {
         key: [int(r[key][1].max(initial=0)) if key in r else 0 for r in replays] for key in keys
