@@ -119,7 +119,9 @@ def side_by_side(traced: Any, graph_def: Any, batches: Any, steps: int = 3) -> t
     """The :func:`hybridplan.measure` results of the original step and of ``graph_def``
     on the same batches, with Grappler's arithmetic optimizer off on both sides (bit-
     identity holds only then, docs/how-it-works.md, "Numerics"; the process's setting
-    is restored afterwards)."""
+    is restored afterwards). Both run inline, in a GPU executor's order; a swap plan's
+    host copies run on the device and are charged to the host (``host_on_device``),
+    so that it runs inline too (docs/accuracy.md)."""
     import tensorflow as tf
 
     from .measuring import measure
@@ -128,7 +130,7 @@ def side_by_side(traced: Any, graph_def: Any, batches: Any, steps: int = 3) -> t
     tf.config.optimizer.set_experimental_options({"arithmetic_optimization": False})
     try:
         base = measure(traced, None, batches, steps=steps)
-        new = measure(traced, graph_def, batches, steps=steps)
+        new = measure(traced, graph_def, batches, steps=steps, host_on_device=True)
     finally:
         tf.config.optimizer.set_experimental_options(
             {"arithmetic_optimization": saved.get("arithmetic_optimization", True)}
