@@ -100,8 +100,8 @@ def test_profile_leaves_the_variables_and_the_graph_alone(cnn):
     w, traced, _ = cnn
     before = [v.numpy() for v in traced.variables]
     graph = traced.graph_def.SerializeToString(deterministic=True)
-    assert not profile(traced, [w.batch(7)], steps=1, warmup=0).inline  # the pool
-    inline = profile(traced, [w.batch(7)], steps=1, warmup=0, order="inline")
+    assert not profile(traced, [w.batch(7)], steps=1, warmup=0, order="pool").inline
+    inline = profile(traced, [w.batch(7)], steps=1, warmup=0)  # inline: the default
     assert inline.inline  # one executor: TensorFlow granted it
     # One kernel at a time: (nearly) no wall time to share, times are the durations.
     total = math.fsum(inline.durations.values())

@@ -49,6 +49,7 @@ __all__ = [
     "UnsupportedGraphError",
     "analyze",
     "apply",
+    "calibrate",
     "compile_step",
     "device_model",
     "device_presets",
@@ -83,6 +84,7 @@ _LAZY = {
     "measure": "measuring",
     "profile": "profiling",
     "Profile": "profiling",
+    "calibrate": "profiling",
 }
 # Submodules that need TensorFlow, importable as attributes (``hybridplan.models``).
 # (``trial`` is not one: its module shares the function's name, so the function is

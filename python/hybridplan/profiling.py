@@ -294,7 +294,7 @@ def profile(
     *,
     warmup: int = 2,
     num_cpus: int = 2,
-    order: str = "pool",
+    order: str = "inline",
 ) -> Profile:
     """Measures the per-node op times of a training step on the current machine.
 
@@ -310,13 +310,14 @@ def profile(
             growth happen there and would otherwise inflate the first times).
         num_cpus: logical CPU devices of the Session (2: device and host, as
             :func:`~hybridplan.measuring.measure` uses).
-        order: ``"pool"`` (default): TensorFlow's inter-op pool (one thread per core),
-            whose concurrent nodes share the wall time (see above); ``"inline"``: every
-            step asked to run inline, one kernel at a time in the order nodes become
-            ready (a GPU executor's order, as ``measure`` runs by default), so
+        order: ``"inline"`` (default): every step asked to run inline, one kernel at
+            a time in the order nodes become ready (a GPU executor's order, one stream
+            as the simulator models it, as ``measure`` runs by default), so
             :attr:`Profile.times` are plain durations and :attr:`Profile.step_time` is
-            a one-stream step. A step with two executors falls back to the pool
-            (:attr:`Profile.inline` says which ran).
+            a one-stream step; a step with two executors falls back to the pool
+            (:attr:`Profile.inline` says which ran). ``"pool"``: TensorFlow's inter-op
+            pool (one thread per core), whose concurrent nodes share the wall time (see
+            above).
 
     Returns:
         A :class:`Profile`. The caller's variables are left untouched.
