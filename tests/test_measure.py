@@ -9,6 +9,8 @@ are tallied as host memory, not in the device's peak.
 
 from __future__ import annotations
 
+import json
+
 import keras
 import numpy as np
 import pytest
@@ -16,6 +18,7 @@ import tensorflow as tf
 from tensorflow.core.framework import step_stats_pb2
 
 import hybridplan
+from hybridplan import _core
 from hybridplan.errors import InvalidArgumentError
 from hybridplan.measuring import (
     Measurement,
@@ -56,8 +59,8 @@ def mlp():
 
 
 @pytest.fixture(scope="module")
-def swapped(mlp):
-    """The MLP's six ReLU outputs swapped to the host (``"cpu-emulation"`` rewrite)."""
+def swap_spec(mlp):
+    """A hand-built plan swapping the MLP's six ReLU outputs to the host."""
     traced, _ = mlp
     s = Structure(traced.graph_def, traced.loss)
     relus = s.candidates("Relu")
@@ -71,7 +74,14 @@ def swapped(mlp):
         # Release node (as the planner sets them, plan/release.rs): the next layer's
         # forward MatMul waits for this copy, so the executor cannot run ahead of it.
         swap["release"] = s.split(relus[k + 1])[0][0]
-    return rewrite_with_summary(traced.graph_def, plan, target="cpu-emulation")
+    return plan
+
+
+@pytest.fixture(scope="module")
+def swapped(mlp, swap_spec):
+    """The swap plan written into the step (``"cpu-emulation"``: copies to /device:CPU:1)."""
+    traced, _ = mlp
+    return rewrite_with_summary(traced.graph_def, swap_spec, target="cpu-emulation")
 
 
 def test_swapping_activations_lowers_the_measured_device_peak(mlp, swapped):
@@ -230,3 +240,84 @@ def test_replay_charges_the_named_nodes_to_another_device():
     assert out["/device:CPU:0"][1].tolist() == [50]
     assert out["/device:CPU:1"][1].tolist() == [30, 0]
     assert replay_step_stats(stats)["/device:CPU:0"][1].tolist() == [50, 80, 50]
+
+
+def _recompute_spec(traced) -> dict:
+    """A hand-built plan recomputing the second and fourth layers (MatMul, BiasAdd, ReLU)
+    from the kept activation below each, for their backward readers."""
+    s = Structure(traced.graph_def, traced.loss)
+    relus = s.candidates("Relu")
+    recomputes = []
+    for k in (1, 3):
+        relu = relus[k]
+        (bias_add,) = [i for i in s.data_inputs(relu) if i in s.forward]
+        matmul = next(i for i in s.data_inputs(bias_add) if s.gd.node[i].op == "MatMul")
+        late = s.split(relu)[1]
+        recomputes.append(
+            {"nodes": [matmul, bias_add, relu], "trigger": s.trigger(late), "consumers": late}
+        )
+    return {"swaps": [], "recomputes": recomputes}
+
+
+def _simulated_activation_peak(traced, spec: dict) -> int:
+    """The core's simulated activation peak of a hand-built plan (a rewrite spec), on the
+    ``cpu`` preset (the emulation's link: memcpy)."""
+    data = traced.graph_def.SerializeToString()
+    problem = json.loads(_core.export_problem(data, "cpu", None, traced.loss))
+    swaps = [
+        {
+            "tensor": problem["nodes"][sw["node"]]["outputs"][sw["output"]],
+            "after": sw["after"],
+            "ins": sw["ins"],
+            **({"release": sw["release"]} if "release" in sw else {}),
+        }
+        for sw in spec["swaps"]
+    ]
+    plan = json.dumps({"swaps": swaps, "recomputes": spec["recomputes"]})
+    core = _core.simulate_plan(data, plan, 1 << 40, "hand-built", "cpu", None, traced.loss)
+    report = json.loads(core.report_json)
+    return report["planned"]["peak_bytes"] - hybridplan.analyze(traced).persistent_bytes
+
+
+def test_hand_built_plans_measure_within_ten_percent_of_the_simulator(mlp):
+    """Issue 3's check: the simulated device peak of the original, of a hand-built swap
+    plan and of a hand-built recompute plan, each against the peak replayed from the
+    executor's allocation records, within 10%. Measured the way the target runs (inline,
+    a GPU executor's order; the swap plan's host copies run on the device and are
+    charged to the host), with the fed batch added to the measured side: the model
+    counts it on the device, the Session's feed allocates it before the step
+    (docs/accuracy.md, findings 2, 3 and 11).
+
+    The swap plan triggers each swap-in right before its readers. Triggered a layer
+    earlier (the ``swap_spec`` fixture), the model, whose copy engine starts a copy as
+    soon as its trigger ends, predicts 13.1 MB and the emulation measures 10.6 (0.81):
+    inline, the swap-in is one more node in the compute queue and starts later, so its
+    copy lives shorter than on a device with a copy engine of its own."""
+    traced, batches = mlp
+    fed = sum(a.nbytes for a in batches[0])
+    a = hybridplan.analyze(traced)
+    s = Structure(traced.graph_def, traced.loss)
+    swap_spec = swap_plan(s, s.candidates("Relu"))
+    recompute_spec = _recompute_spec(traced)
+    cases = {
+        "original": (None, a.activation_peak_bytes),
+        "swap": (swap_spec, _simulated_activation_peak(traced, swap_spec)),
+        "recompute": (recompute_spec, _simulated_activation_peak(traced, recompute_spec)),
+    }
+    ratios = {}
+    for name, (spec, predicted) in cases.items():
+        gd = None
+        if spec is not None:
+            gd = rewrite_with_summary(traced.graph_def, spec, target="cpu-emulation").graph_def
+        m = measure(traced, gd, batches, steps=2, host_on_device=True)
+        assert m.inline, name
+        ratios[name] = (m.device_peak + fed) / predicted
+    print(
+        "\nmeasured (+ fed batch) / simulated: "
+        + ", ".join(f"{k} {v:.3f}" for k, v in ratios.items())
+    )
+    # The plans do cut the peak, so the check is not of three equal graphs.
+    assert cases["swap"][1] < 0.7 * cases["original"][1]
+    assert cases["recompute"][1] < 0.9 * cases["original"][1]
+    for name, r in ratios.items():
+        assert 0.9 <= r <= 1.1, (name, ratios)
