@@ -147,13 +147,16 @@ def test_original_peak_against_analyze(mlp):
 def test_a_step_with_one_executor_runs_inline_and_repeats_its_peak(mlp):
     """order="inline" (the default) runs the original in the order nodes become ready
     (a GPU executor's order); the thread pool defers ready kernels and is no longer the
-    default. Inline, the order and so the peak are the same in every step and every
+    default. Inline, the order and so the peak are the same (to 0.1%) in every step and every
     Session (docs/accuracy.md, finding 11); on the pool they vary between Sessions."""
     traced, batches = mlp
     runs = [measure(traced, None, batches, steps=2) for _ in range(2)]
     assert all(m.inline for m in runs)
-    peaks = {p for m in runs for p in m.step_peaks["/device:CPU:0"]}
-    assert len(peaks) == 1, peaks
+    peaks = [p for m in runs for p in m.step_peaks["/device:CPU:0"]]
+    # The same within 0.1%: a full-suite run once measured 16538668 against 16530476 B
+    # in the other Session (an 8 KiB kernel scratch buffer); on the pool peaks differ by
+    # megabytes between Sessions.
+    assert max(peaks) <= 1.001 * min(peaks), peaks
     pool = measure(traced, None, batches, steps=1, order="pool")
     assert not pool.inline
     # Same arithmetic, whatever the order.
@@ -219,7 +222,7 @@ def test_host_on_device_runs_a_swap_plan_inline_with_the_copies_as_host_memory(m
     assert m.step_peaks[host] == [swapped_bytes] * 2
     # The original buffers are freed after their copies: the device holds about half
     # the original's peak (8.4 against 16.5 MB), the same in every step.
-    assert len(set(m.step_peaks[device])) == 1
+    assert max(m.step_peaks[device]) <= 1.001 * min(m.step_peaks[device])
     assert m.device_peak < 0.6 * base.device_peak
     assert [a.tobytes() for a in base.losses] == [a.tobytes() for a in m.losses]
     assert all(np.array_equal(a, b) for a, b in zip(base.weights, m.weights, strict=True))
