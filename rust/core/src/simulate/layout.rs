@@ -161,6 +161,7 @@ fn forwarding_sites(
     buf_source: &[bool],
 ) -> SiteLists {
     let (mut sites, mut site_off, mut site_in) = (Vec::new(), vec![0u32], Vec::new());
+    let mut sorted = Vec::new();
     for (q, &v) in s.order.iter().enumerate() {
         let Some((f, out)) = crate::inplace::of_node(g, fwd, v) else {
             continue;
@@ -170,6 +171,15 @@ fn forwarding_sites(
             continue;
         }
         let ins = &in_buf[in_off[q] as usize..in_off[q + 1] as usize];
+        // Buffers read in one slot only: O(k log k) for an op of k inputs
+        // (an `AddN` may have thousands).
+        sorted.clear();
+        sorted.extend_from_slice(ins);
+        sorted.sort_unstable();
+        let once = |b: u32| {
+            let i = sorted.partition_point(|&x| x < b);
+            sorted.get(i + 1) != Some(&b)
+        };
         let before = site_in.len();
         for k in f.slots(ins.len()) {
             let b = ins[k];
@@ -177,7 +187,7 @@ fn forwarding_sites(
                 && !buf_source[b as usize]
                 && buf_bytes[b as usize] == buf_bytes[u as usize]
                 && crate::inplace::fits(g, v, k, out)
-                && ins.iter().filter(|&&x| x == b).count() == 1
+                && once(b)
             {
                 site_in.push((k as u32, b));
             }
