@@ -305,8 +305,10 @@ class Run:
         self.sess.run(init)
         loss = self.traced.loss_index
         self.run = measuring._Runner(self.sess, feeds, fetches, self.batch, loss, self.losses)
-        self.step(None)  # warm-up: Grappler and kernel set-up
-        options = tf.compat.v1.RunOptions(trace_level=tf.compat.v1.RunOptions.FULL_TRACE)
+        self.step(measuring.run_options())  # warm-up: Grappler and kernel set-up
+        # Inline, as ``measure`` runs by default: a GPU executor's order, the same peak
+        # in every Session (the thread pool's varies between Sessions, accuracy.md 11).
+        options = measuring.run_options(trace=True)
         for _ in range(steps):
             stats = self.step(options).step_stats
             replay = measuring.replay_step_stats(stats).get("/device:CPU:0")
@@ -317,7 +319,7 @@ class Run:
         return self.run(self.seed - 1, options)
 
     def timed(self) -> None:
-        self.step(None)
+        self.step(measuring.run_options())
         self.times.append(self.run.seconds)  # the Session.run alone, not the batch
 
     def close(self) -> None:
