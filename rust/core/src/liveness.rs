@@ -187,8 +187,15 @@ pub(crate) fn memory_timeline(
     last_use: &[u32],
     len: usize,
 ) -> Vec<u64> {
-    let Some(delta) = deltas_i64(g, written_into, produce, last_use, len) else {
-        return memory_timeline_wide(g, written_into, produce, last_use, len);
+    // (first position, position after the last use, bytes) of every buffer.
+    let spans = g
+        .tensors
+        .iter()
+        .enumerate()
+        .filter(|&(t, tt)| tt.bytes > 0 && written_into[t] == NONE)
+        .map(|(t, tt)| (produce[t] as usize, last_use[t] as usize + 1, tt.bytes));
+    let Some(delta) = deltas_i64(spans.clone(), len) else {
+        return memory_timeline_wide(g, spans, len);
     };
     let mut timeline = delta;
     let mut cur: i128 = i128::from(g.persistent_bytes);
@@ -202,22 +209,13 @@ pub(crate) fn memory_timeline(
 
 /// The differences as `i64` (stored as their two's complement in `u64`),
 /// or `None` if one does not fit.
-fn deltas_i64(
-    g: &Graph,
-    written_into: &[u32],
-    produce: &[u32],
-    last_use: &[u32],
-    len: usize,
-) -> Option<Vec<u64>> {
+fn deltas_i64(spans: impl Iterator<Item = (usize, usize, u64)>, len: usize) -> Option<Vec<u64>> {
     let mut delta = big_vec_of(len + 1, 0u64);
-    for (t, tt) in g.tensors.iter().enumerate() {
-        if tt.bytes == 0 || written_into[t] != NONE {
-            continue;
-        }
-        let b = i64::try_from(tt.bytes).ok()?;
-        let at = &mut delta[produce[t] as usize];
+    for (from, to, bytes) in spans {
+        let b = i64::try_from(bytes).ok()?;
+        let at = &mut delta[from];
         *at = (*at as i64).checked_add(b)? as u64;
-        let at = &mut delta[last_use[t] as usize + 1];
+        let at = &mut delta[to];
         *at = (*at as i64).checked_sub(b)? as u64;
     }
     Some(delta)
@@ -226,18 +224,13 @@ fn deltas_i64(
 /// [`memory_timeline`] with `i128` differences.
 fn memory_timeline_wide(
     g: &Graph,
-    written_into: &[u32],
-    produce: &[u32],
-    last_use: &[u32],
+    spans: impl Iterator<Item = (usize, usize, u64)>,
     len: usize,
 ) -> Vec<u64> {
     let mut delta = vec![0i128; len + 1];
-    for (t, tt) in g.tensors.iter().enumerate() {
-        if tt.bytes == 0 || written_into[t] != NONE {
-            continue;
-        }
-        delta[produce[t] as usize] += i128::from(tt.bytes);
-        delta[last_use[t] as usize + 1] -= i128::from(tt.bytes);
+    for (from, to, bytes) in spans {
+        delta[from] += i128::from(bytes);
+        delta[to] -= i128::from(bytes);
     }
     let mut cur: i128 = i128::from(g.persistent_bytes);
     delta[..len]
@@ -311,7 +304,16 @@ mod tests {
         let s = crate::schedule::schedule(&g).unwrap();
         let l = liveness(&g, &s);
         let n = s.order.len();
-        let wide = memory_timeline_wide(&g, &l.written_into, &l.produce, &l.buffer_end, n);
+        let spans = (0..g.num_tensors())
+            .filter(|&t| g.tensors[t].bytes > 0 && l.written_into[t] == NONE)
+            .map(|t| {
+                (
+                    l.produce[t] as usize,
+                    l.buffer_end[t] as usize + 1,
+                    g.tensors[t].bytes,
+                )
+            });
+        let wide = memory_timeline_wide(&g, spans, n);
         (l.timeline, wide)
     }
 
