@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from . import _core
+from ._backend import workspace_rule
 from ._graphio import GraphLike, graph_bytes
 from .errors import BudgetError, InvalidArgumentError
 
@@ -319,6 +320,7 @@ def plan(
     exclude_types: Sequence[str] | None = None,
     time_limit: float = 60.0,
     separate_buffers: bool = False,
+    workspace: str | None = "auto",
 ) -> Plan:
     """Plans which tensors to swap and which sub-graphs to recompute.
 
@@ -360,6 +362,12 @@ def plan(
             ``"optimal"`` always solves this model (its plan then fits the
             default model too, whose memory is never higher); pass True to
             compare other strategies with it on equal terms.
+        workspace: the kernels' scratch rule, held by each op while it runs and
+            counted against the budget: ``"auto"`` (for the ``cpu`` device the CPU
+            kernels of the running TensorFlow, oneDNN on or off; for a GPU
+            ``"gpu-cudnn:MIB"`` when ``TF_CUDNN_WORKSPACE_LIMIT_IN_MB`` is set, else
+            ``"none"``), ``"none"``, ``"cpu-eigen:THREADS"``, ``"cpu-onednn"`` or
+            ``"gpu-cudnn:MIB"`` (docs/devices.md). ``"optimal"`` models none.
 
     Raises:
         BudgetError: no plan fits; ``best_peak`` says the smallest peak reached.
@@ -394,6 +402,7 @@ def plan(
     nbytes = _budget(budget, dev)
     min_bytes = parse_bytes(min_bytes, "min_bytes") if min_bytes else 0
     data, traced_loss = graph_bytes(graph)
+    rule = workspace_rule(workspace, device)
     core = _core.plan(
         data,
         nbytes,
@@ -407,8 +416,11 @@ def plan(
         tflms=_tflms_args(tflms),
         select=select if any(select) else None,
         separate_buffers=separate_buffers,
+        workspace=rule,
     )
-    return Plan(json.loads(core.report_json), (core.timeline(0), core.timeline(1)), core.events())
+    report = json.loads(core.report_json)
+    report["workspace"] = rule
+    return Plan(report, (core.timeline(0), core.timeline(1)), core.events())
 
 
 def _optimal(

@@ -18,7 +18,7 @@ from .errors import InvalidArgumentError
 __all__ = ["Trial", "same_bits", "side_by_side", "trial"]
 
 #: Default budget: persistent bytes plus this fraction of the original's
-#: activation peak.
+#: tensor activation peak, plus the largest kernel scratch of one op.
 DEFAULT_FRACTION = 0.7
 
 
@@ -30,8 +30,13 @@ class Trial:
         plan: the plan that was applied (``plan.budget`` includes persistent bytes).
         inserted: swap-out, swap-in and clone nodes written into the graph.
         activation_budget: the budget less the persistent bytes: what the device's
-            activations may use (variables are not counted by the measurement).
-        predicted_peak: the plan's predicted activation peak (persistent bytes excluded).
+            activations and kernel scratch may use (variables are not counted by the
+            measurement).
+        predicted_peak: the plan's predicted activation peak, kernel scratch included
+            (persistent bytes excluded): compared with the measured total peak.
+        workspace: the workspace rule the plan was made with (``"cpu-eigen:..."`` when
+            TensorFlow runs its own CPU kernels, ``"cpu-onednn"``), and
+            predicted_scratch: the most scratch the model gives one op.
         original, planned: the two :class:`~hybridplan.measuring.Measurement` s.
         same_losses: every step's loss equal bit for bit.
         same_weights: every variable equal bit for bit after the steps.
@@ -45,16 +50,19 @@ class Trial:
     planned: Any
     same_losses: bool
     same_weights: bool
+    workspace: str = "none"
+    predicted_scratch: int = 0
 
     @property
     def within_budget(self) -> bool:
-        """The measured device peak is within the activation budget."""
+        """The measured device peak (tensors and scratch) is within the activation budget."""
         return self.planned.device_peak <= self.activation_budget
 
     @property
     def peak_ratio(self) -> float:
-        """Measured device peak, planned over original."""
-        return self.planned.device_peak / max(1, self.original.device_peak)
+        """Measured device peak of the tensors (scratch left out), planned over original:
+        what the plan changed (no plan changes a kernel's scratch)."""
+        return self.planned.device_tensor_peak / max(1, self.original.device_tensor_peak)
 
     @property
     def ok(self) -> bool:
@@ -74,7 +82,9 @@ def trial(
     """Traces ``workload`` (a :class:`hybridplan.models.Workload`), plans it for
     the ``cpu`` device model under ``budget`` (bytes or a string, persistent
     bytes included) or, when ``budget`` is None, under the persistent bytes
-    plus ``fraction`` (default 0.7) of the original's activation peak; rewrites
+    plus ``fraction`` (default 0.7) of the original's tensor activation peak plus
+    the largest scratch one kernel takes (``Analysis.workspace_peak_bytes``: no plan
+    removes it; 0 with oneDNN's kernels, docs/devices.md); rewrites
     it for CPU emulation and runs both steps ``steps`` times on the same batches
     (with Grappler's arithmetic optimizer off, see docs/how-it-works.md).
 
@@ -92,7 +102,8 @@ def trial(
     traced = workload.trace()
     a = analyze(traced)
     if budget is None:
-        budget = a.persistent_bytes + int(a.activation_peak_bytes * f)
+        tensors = a.tensor_peak_bytes - a.persistent_bytes
+        budget = a.persistent_bytes + int(tensors * f) + a.workspace_peak_bytes
     r = apply(
         traced,
         budget,
@@ -112,6 +123,8 @@ def trial(
         planned=new,
         same_losses=_equal(base.losses, new.losses),
         same_weights=_equal(base.weights, new.weights),
+        workspace=r.plan.report.get("workspace", "none"),
+        predicted_scratch=a.workspace_peak_bytes,
     )
 
 

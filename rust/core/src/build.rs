@@ -53,6 +53,12 @@ pub struct BuildOptions {
     /// ([`crate::inplace`]). The exact formulation's memory model
     /// (`python/hybridplan/optimal.py`), which is never below the default's.
     pub separate_buffers: bool,
+    /// The kernels' scratch: which backend runs the step
+    /// ([`crate::workspace`]).
+    pub workspace: crate::workspace::WorkspaceRule,
+    /// Measured scratch bytes by node name (a profile's), replacing the
+    /// rule's for those nodes.
+    pub workspace_profile: Vec<(String, u64)>,
 }
 
 /// Turns decoded `NodeDef`s into node specs: output count and shapes from
@@ -284,13 +290,23 @@ pub(crate) fn finish(
 ) -> Result<()> {
     add_consumers(g);
     let variables = set_flags_and_aliases(g);
-    crate::phase::classify(g, opts.loss.as_deref(), lookup)?;
+    crate::phase::classify(g, opts.loss.as_deref(), &lookup)?;
     crate::untimed::mark(g);
     g.persistent_bytes = match opts.persistent_bytes {
         Some(b) => b,
         None => persistent_bytes(g, &variables),
     };
     g.separate_buffers = opts.separate_buffers;
+    let mut overrides = Vec::with_capacity(opts.workspace_profile.len());
+    for (name, bytes) in &opts.workspace_profile {
+        let v = lookup(g, name).ok_or_else(|| {
+            PlanError::InvalidArgument(format!(
+                "the workspace profile names node '{name}', which is not in the graph: profile the same graph you plan"
+            ))
+        })?;
+        overrides.push((v, *bytes));
+    }
+    g.workspace = crate::workspace::table(g, opts.workspace, &overrides);
     Ok(())
 }
 

@@ -1,0 +1,86 @@
+"""Which kernels TensorFlow runs here, and so which workspace rule the core applies.
+
+The core sizes each op's kernel scratch by a rule named for the backend that runs it
+(``rust/core/src/workspace.rs``): ``"cpu-eigen:THREADS"`` (TensorFlow's own CPU kernels:
+oneDNN off), ``"cpu-onednn"``, ``"gpu-cudnn:MIB"`` or ``"none"``. :func:`workspace_rule`
+picks it: for the ``cpu`` device (CPU emulation) from the running TensorFlow, for a GPU
+from ``TF_CUDNN_WORKSPACE_LIMIT_IN_MB`` (docs/devices.md, "Kernel workspace").
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from .errors import InvalidArgumentError
+
+__all__ = ["cpu_workspace_rule", "onednn_enabled", "workspace_rule"]
+
+
+def onednn_enabled() -> bool:
+    """Whether this process's TensorFlow runs oneDNN's CPU kernels: TensorFlow's own
+    decision (``IsMKLEnabled``: ``TF_ENABLE_ONEDNN_OPTS`` when set, else on only for CPUs
+    with AVX512_VNNI / AVX512_BF16 / AMX), read through ``_pywrap_util_port``."""
+    from tensorflow.python.util import _pywrap_util_port
+
+    return bool(_pywrap_util_port.IsMklEnabled())
+
+
+def intra_op_threads() -> int:
+    """The intra-op threads a Session here runs a kernel with (its config leaves them at
+    0): ``TF_NUM_INTRAOP_THREADS`` when set, else the cores this process may run on."""
+    env = os.environ.get("TF_NUM_INTRAOP_THREADS", "").strip()
+    if env.isdigit() and int(env) > 0:
+        return int(env)
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
+def l3_cache_bytes() -> int | None:
+    """The L3 cache of CPU 0 as Linux reports it (``/sys/devices/system/cpu/cpu0/cache/
+    index3/size``, what Eigen's ``CacheSizes`` reads with ``cpuid``), or None."""
+    try:
+        with open("/sys/devices/system/cpu/cpu0/cache/index3/size") as f:
+            text = f.read().strip()
+    except OSError:
+        return None
+    scale = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(text[-1:].upper(), 1)
+    digits = text.rstrip("KMGkmg")
+    return int(digits) * scale if digits.isdigit() else None
+
+
+def cpu_workspace_rule() -> str:
+    """The rule of the CPU kernels this TensorFlow runs: ``"cpu-onednn"`` or
+    ``"cpu-eigen:THREADS[:L3_BYTES]"``."""
+    if onednn_enabled():
+        return "cpu-onednn"
+    l3 = l3_cache_bytes()
+    return f"cpu-eigen:{intra_op_threads()}" + (f":{l3}" if l3 else "")
+
+
+def workspace_rule(workspace: str | None, device: Any = None) -> str:
+    """Resolves ``workspace`` (``"auto"``, None or a rule) for ``device``.
+
+    ``"auto"``: the ``cpu`` preset (or no device: an analysis, compared with CPU
+    measurements) gets :func:`cpu_workspace_rule`; any other device gets
+    ``"gpu-cudnn:MIB"`` when ``TF_CUDNN_WORKSPACE_LIMIT_IN_MB`` is set, else ``"none"``
+    (TensorFlow's cuDNN autotuner then takes its scratch, up to 4 GiB per convolution,
+    from memory outside the budget, falling back to other algorithms when it is short).
+    None means ``"none"``.
+    """
+    if workspace is None:
+        return "none"
+    if not isinstance(workspace, str):
+        raise InvalidArgumentError(
+            f"workspace must be a string ('auto', 'none', 'cpu-eigen:THREADS', 'cpu-onednn' "
+            f"or 'gpu-cudnn:MIB'), got {type(workspace).__name__}"
+        )
+    if workspace != "auto":
+        return workspace
+    name = device.get("name") if isinstance(device, dict) else device
+    if device is None or name == "cpu":
+        return cpu_workspace_rule()
+    limit = os.environ.get("TF_CUDNN_WORKSPACE_LIMIT_IN_MB", "").strip()
+    return f"gpu-cudnn:{limit}" if limit else "none"
