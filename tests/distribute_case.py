@@ -68,7 +68,9 @@ def _digest(arrays) -> str:
 
 
 def _activation_budgets(dt, fractions):
-    """Per replica: (budget incl. persistent bytes, activation budget, analysed peak)."""
+    """Per replica: (budget incl. persistent bytes, activation budget, analysed peak).
+    The fraction is of the tensors; the largest kernel scratch (which no plan removes,
+    docs/devices.md) is added to the budget and is in the analysed peak."""
     import hybridplan
     from hybridplan import distributed
 
@@ -78,7 +80,8 @@ def _activation_budgets(dt, fractions):
         members = [i for i, d in enumerate(devices) if distributed._same_device(d, dev)]
         sub = distributed.replica_subgraph(dt.traced.graph_def, members)
         a = hybridplan.analyze(sub.SerializeToString(), loss=dt.losses[r])
-        act = int(a.activation_peak_bytes * fractions[r])
+        tensors = a.tensor_peak_bytes - a.persistent_bytes
+        act = int(tensors * fractions[r]) + a.workspace_peak_bytes
         out.append((a.persistent_bytes + act, act, a.activation_peak_bytes))
     return out
 
@@ -164,6 +167,8 @@ def mirrored() -> dict:
         "collective_devices": _collective_devices(dt.traced.graph_def, result.graph_def),
         "measured_base": m_base.peak_bytes,
         "measured_planned": m_new.peak_bytes,
+        "measured_base_tensors": m_base.tensor_peak_bytes,
+        "measured_planned_tensors": m_new.tensor_peak_bytes,
         "session_same": _same(m_base.losses, m_new.losses) and _same(m_base.weights, m_new.weights),
     }
 

@@ -257,3 +257,165 @@ pub fn table(g: &Graph, rule: WorkspaceRule, overrides: &[(u32, u64)]) -> Vec<u6
     }
     ws
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::build::{build, BuildOptions, NodeSpec, OutSpec};
+    use crate::dtype::DType;
+    use crate::graphdef::Shape;
+
+    fn out(dtype: DType, dims: &[i64]) -> Vec<OutSpec> {
+        vec![OutSpec {
+            dtype: Some(dtype),
+            shape: Shape(Some(dims.to_vec())),
+        }]
+    }
+
+    /// x -> Relu -> both convolution gradients of a `k`x`k` filter,
+    /// `dy` of the same spatial size (stride 1, SAME) and `c_out` channels.
+    fn conv_grads(x: [i64; 4], k: i64, c_out: i64, dtype: DType, opts: &BuildOptions) -> Graph {
+        let dy = [x[0], x[1], x[2], c_out];
+        let filter = [k, k, x[3], c_out];
+        let node = |name, op, inputs, outputs| NodeSpec {
+            name,
+            op,
+            device: "",
+            inputs,
+            outputs,
+            calls_function: false,
+        };
+        let specs = [
+            node("x", "Placeholder", vec![], out(dtype, &x)),
+            node("dy", "Placeholder", vec![], out(dtype, &dy)),
+            node("f", "Placeholder", vec![], out(dtype, &filter)),
+            node("sizes", "Const", vec![], out(DType::INT32, &[4])),
+            node("h", "Relu", vec!["x"], out(dtype, &x)),
+            node(
+                "bpf",
+                "Conv2DBackpropFilter",
+                vec!["h", "sizes", "dy"],
+                out(dtype, &filter),
+            ),
+            node(
+                "bpi",
+                "Conv2DBackpropInput",
+                vec!["sizes", "f", "dy"],
+                out(dtype, &x),
+            ),
+        ];
+        build(&specs, opts).unwrap()
+    }
+
+    fn eigen(threads: u32) -> BuildOptions {
+        BuildOptions {
+            workspace: WorkspaceRule::CpuEigen {
+                threads,
+                l3_bytes: DEFAULT_L3,
+            },
+            ..BuildOptions::default()
+        }
+    }
+
+    /// The rule gives the bytes measured with TensorFlow 2.21, oneDNN off,
+    /// 2 intra-op threads (allocation records of one node, freed inside it;
+    /// docs/devices.md).
+    #[test]
+    fn eigen_rule_gives_the_measured_scratch() {
+        let cases: [([i64; 4], i64, i64, DType, u64, u64); 6] = [
+            ([8, 32, 32, 16], 3, 16, DType::FLOAT, 28_311_552, 589_824),
+            ([8, 32, 32, 3], 3, 16, DType::FLOAT, 19_574_784, 19_574_784),
+            ([8, 16, 16, 32], 3, 32, DType::FLOAT, 25_657_344, 25_657_344),
+            ([8, 8, 8, 64], 3, 64, DType::FLOAT, 15_040_512, 15_040_512),
+            ([1, 32, 32, 16], 3, 16, DType::FLOAT, 28_311_552, 589_824),
+            (
+                [8, 32, 32, 16],
+                3,
+                16,
+                DType::BFLOAT16,
+                28_016_640,
+                28_016_640,
+            ),
+        ];
+        for (x, k, c, dt, filter_bytes, input_bytes) in cases {
+            let g = conv_grads(x, k, c, dt, &eigen(2));
+            let at = |name: &str| (0..g.num_nodes() as u32).find(|&v| g.node_name(v) == name);
+            assert_eq!(g.workspace_of(at("bpf").unwrap()), filter_bytes, "{x:?}");
+            assert_eq!(g.workspace_of(at("bpi").unwrap()), input_bytes, "{x:?}");
+            assert_eq!(g.workspace_of(at("h").unwrap()), 0);
+        }
+    }
+
+    #[test]
+    fn no_rule_no_workspace_and_liveness_counts_it_at_the_op() {
+        let plain = conv_grads(
+            [8, 32, 32, 16],
+            3,
+            16,
+            DType::FLOAT,
+            &BuildOptions::default(),
+        );
+        assert!(plain.workspace.is_empty());
+        let onednn = BuildOptions {
+            workspace: WorkspaceRule::CpuOnednn,
+            ..BuildOptions::default()
+        };
+        let g1 = conv_grads([8, 32, 32, 16], 3, 16, DType::FLOAT, &onednn);
+        assert!(g1.workspace.is_empty());
+        let g = conv_grads([8, 32, 32, 16], 3, 16, DType::FLOAT, &eigen(2));
+        let (a0, a) = (
+            crate::analyze_graph(plain).unwrap(),
+            crate::analyze_graph(g).unwrap(),
+        );
+        for (p, &v) in a.schedule.order.iter().enumerate() {
+            let ws = a.graph.workspace_of(v);
+            assert_eq!(a.liveness.timeline[p], a0.liveness.timeline[p] + ws);
+        }
+        assert_eq!(
+            a.liveness.tensor_peak_bytes(&a.graph, &a.schedule),
+            a0.liveness.peak_bytes
+        );
+        // The simulator's empty plan sees the same peak.
+        let dev = crate::device::preset("cpu").unwrap();
+        let costs = vec![1e-6; a.graph.num_nodes()];
+        let r = crate::simulate::simulate(
+            &a.graph,
+            &a.schedule,
+            &costs,
+            &dev,
+            &crate::plan::Plan::default(),
+        )
+        .unwrap();
+        assert_eq!(r.peak_bytes, a.liveness.peak_bytes);
+    }
+
+    #[test]
+    fn rules_parse_and_print() {
+        for s in [
+            "none",
+            "cpu-onednn",
+            "cpu-eigen:4:1048576",
+            "gpu-cudnn:4096",
+        ] {
+            assert_eq!(WorkspaceRule::parse(s).unwrap().name(), s);
+        }
+        for bad in ["", "cpu-eigen", "cpu-eigen:0", "gpu-cudnn:x", "tpu"] {
+            assert!(WorkspaceRule::parse(bad).is_err(), "{bad}");
+        }
+        let g = conv_grads(
+            [8, 32, 32, 16],
+            3,
+            16,
+            DType::FLOAT,
+            &BuildOptions {
+                workspace: WorkspaceRule::GpuCudnn {
+                    limit_bytes: 1 << 20,
+                },
+                workspace_profile: vec![("h".into(), 7)],
+                ..BuildOptions::default()
+            },
+        );
+        let ws: Vec<u64> = g.workspace.clone();
+        assert_eq!(ws, vec![0, 0, 0, 0, 7, 1 << 20, 1 << 20]);
+    }
+}
