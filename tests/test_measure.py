@@ -324,3 +324,43 @@ def test_hand_built_plans_measure_within_ten_percent_of_the_simulator(mlp):
     assert cases["recompute"][1] < 0.9 * cases["original"][1]
     for name, r in ratios.items():
         assert 0.9 <= r <= 1.1, (name, ratios)
+
+
+def test_workspace_rule_is_the_running_tensorflows():
+    """``auto`` asks TensorFlow which CPU kernels it runs: oneDNN's exactly when
+    ``TF_ENABLE_ONEDNN_OPTS`` says so (this file runs under 0 and 1 in check.sh)."""
+    import os
+
+    from hybridplan._backend import cpu_workspace_rule, workspace_rule
+
+    rule = cpu_workspace_rule()
+    setting = os.environ.get("TF_ENABLE_ONEDNN_OPTS")
+    if setting in ("0", "1"):
+        assert rule.startswith("cpu-onednn" if setting == "1" else "cpu-eigen:"), rule
+    assert workspace_rule("auto", "cpu") == rule
+    assert workspace_rule(None, "cpu") == "none"
+    with pytest.raises(hybridplan.InvalidArgumentError, match="workspace rule"):
+        hybridplan.analyze(hybridplan.synthetic_graphdef(200), workspace="tpu")
+
+
+def test_measured_scratch_is_the_modelled_scratch():
+    """The small ResNet's kernel scratch, measured (buffers a node allocated and freed
+    while it ran) against the workspace rule of the kernels TensorFlow runs: with its
+    own kernels a 28,311,552-byte im2col buffer in each 16-channel
+    ``Conv2DBackpropFilter``, with oneDNN's a few KiB the rule leaves out. The total
+    peak is the tensors' plus scratch at the op that holds it."""
+    from hybridplan import models
+
+    w = models.build("small_resnet")
+    traced = w.trace()
+    a = hybridplan.analyze(traced)
+    m = measure(traced, None, w.batch, steps=1)
+    predicted = a.workspace_peak_bytes
+    assert predicted <= m.device_scratch <= predicted + (128 << 10), (m.scratch_bytes, predicted)
+    assert m.device_tensor_peak <= m.device_peak
+    assert m.device_peak <= m.device_tensor_peak + m.device_scratch
+    predicted_total = a.peak_bytes - a.persistent_bytes
+    assert abs(m.device_peak - predicted_total) <= 0.1 * m.device_peak, (
+        m.device_peak,
+        predicted_total,
+    )

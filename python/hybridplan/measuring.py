@@ -183,7 +183,9 @@ def replay_step_stats(
         events.setdefault(key, [])
         for ns in dev.node_stats:
             bucket = events.setdefault(device_of.get(ns.node_name, key), [])
-            records = [(r.alloc_micros, r.alloc_bytes) for m in ns.memory for r in m.allocation_records]
+            records = [
+                (r.alloc_micros, r.alloc_bytes) for m in ns.memory for r in m.allocation_records
+            ]
             if not scratch:
                 records = _without_scratch(ns, records)[0]
             bucket.extend(records)
@@ -235,7 +237,9 @@ def step_scratch(step_stats: Any, device_of: Mapping[str, str] | None = None) ->
         out.setdefault(key, 0)
         for ns in dev.node_stats:
             k = device_of.get(ns.node_name, key)
-            records = [(r.alloc_micros, r.alloc_bytes) for m in ns.memory for r in m.allocation_records]
+            records = [
+                (r.alloc_micros, r.alloc_bytes) for m in ns.memory for r in m.allocation_records
+            ]
             out[k] = max(out.get(k, 0), _without_scratch(ns, records)[1])
     return out
 
