@@ -100,7 +100,7 @@ def trial(
     if not 0 < f <= 1:
         raise InvalidArgumentError(f"fraction must be in (0, 1], got {f}")
     traced = workload.trace()
-    a = analyze(traced)
+    a = analyze(traced, workspace=plan_options.get("workspace", "auto"))
     if budget is None:
         tensors = a.tensor_peak_bytes - a.persistent_bytes
         budget = a.persistent_bytes + int(tensors * f) + a.workspace_peak_bytes
