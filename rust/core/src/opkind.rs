@@ -87,6 +87,25 @@ pub fn never_recompute(op: &str) -> bool {
         )
 }
 
+/// True if the op's input 0 is a resource handle by the op's definition: the
+/// resource-variable ops (reads, assignments, `ResourceApply*` updates,
+/// `ResourceGather`/`ResourceScatter*`, `VariableShape`...). A graph in which
+/// such an input is not `DT_RESOURCE` was edited by hand or corrupted; the
+/// builder refuses it (planning it as data would clone reads and miss writes).
+pub fn takes_handle(op: &str) -> bool {
+    op.starts_with("Resource")
+        || matches!(
+            op,
+            "ReadVariableOp"
+                | "AssignVariableOp"
+                | "AssignAddVariableOp"
+                | "AssignSubVariableOp"
+                | "VarIsInitializedOp"
+                | "VariableShape"
+                | "DestroyResourceOp"
+        )
+}
+
 /// True if the op's output aliases a variable's buffer (a read of a handle).
 pub fn reads_variable(op: &str, takes_handle: bool) -> bool {
     takes_handle && op == "ReadVariableOp"
