@@ -31,18 +31,6 @@ CASES = [
 KIND = {"swap": ("swap_out", "swap_in"), "recompute": ("clones",), "hybrid": ()}
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _determinism():
-    tf.config.experimental.enable_op_determinism()
-    before = tf.config.optimizer.get_experimental_options()
-    tf.config.optimizer.set_experimental_options({"arithmetic_optimization": False})
-    yield
-    from tensorflow.python.framework import config
-
-    tf.config.optimizer.set_experimental_options(before)
-    config.disable_op_determinism()
-
-
 _TRACED: dict[tuple[str, str], tuple] = {}
 
 
