@@ -7,7 +7,6 @@ import dataclasses
 
 import numpy as np
 import pytest
-import tensorflow as tf
 
 import hybridplan
 from hybridplan import models

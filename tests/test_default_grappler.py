@@ -179,3 +179,46 @@ def test_transformer_seq512_bit_identical():
     )
     assert r.report["inserted"]["swap_out"] > 0 and r.report["inserted"]["clones"] > 0
     assert same_bits(*side_by_side(traced, r.graph_def, w.batch, 3))
+
+
+# --------------------------------------------------------------------------- verify
+
+
+def test_verify_compares_the_kernels_with_the_original_run():
+    """verify(original=...) counts the kernels both executed graphs ran, fused ones by
+    the ops they fused: a swap plan leaves them as they were; an extra reader of a
+    matrix product's output (what a careless rewrite adds) stops its fusion with the bias
+    addition, and shows."""
+    from hybridplan.analysis import analyze
+    from hybridplan.applying import apply
+    from hybridplan.rewriting import DO_NOT_REMOVE
+    from hybridplan.runner import compile_step
+    from hybridplan.verification import run_recorded, verify
+
+    w = models.build("small_cnn", size=64, batch=8, convs=4)
+    traced = w.trace()
+    _, original = run_recorded(compile_step(traced, traced.graph_def), *w.batch(0))
+    a = analyze(traced)
+    budget = a.persistent_bytes + int(a.activation_peak_bytes * 0.8)
+    r = apply(traced, budget, strategy="swap", device="cpu", target="cpu-emulation")
+    assert r.summary.swap_out
+    report = verify(compile_step(traced, r.graph_def), r.summary, *w.batch(0), original=original)
+    assert report.ok and not report.kernel_changes, report.describe()
+    assert sum(n for n, _ in report.fused.values()) > 0, report.kernels  # MatMul+BiasAdd
+
+    gd = graph_pb2.GraphDef()
+    gd.CopyFrom(traced.graph_def)
+    bias = next(n for n in gd.node if n.op == "BiasAdd")  # of the dense layer: fused
+    reader = gd.node.add(name="extra_reader", op="Identity", input=[bias.input[0]])
+    reader.attr["T"].type = types_pb2.DT_FLOAT
+    reader.attr[DO_NOT_REMOVE].b = True
+    out = next(n for n in gd.node if n.name == traced.outputs[0].split(":")[0])
+    out.input.append("^extra_reader")
+    broken = verify(
+        compile_step(traced, gd),
+        ["extra_reader"],
+        *w.batch(0),
+        original=original,
+        on_missing="ignore",
+    )
+    assert broken.kernel_changes and not broken.ok, broken.kernels

@@ -14,7 +14,7 @@ gone too: both were rewritten the same way, e.g. fused) or ``missing``.
 (``original=``, recorded with :func:`run_recorded`), the report also counts the kernels
 of both executed graphs by type (a fused kernel by its op and the ops it fused, from its
 ``fused_ops`` attribute, e.g. ``_FusedConv2D(BiasAdd,Relu)``), leaving out the planned
-nodes and the ``_Send``/``_Recv`` pairs a device crossing adds: a rewrite that made
+nodes and what the partitioner adds for a device crossing (``_Send``/``_Recv``): a rewrite that made
 Grappler or oneDNN fuse (or fold) differently shows up in ``kernel_changes``, and
 rounds differently.
 
@@ -58,8 +58,11 @@ _ON_MISSING = ("raise", "warn", "ignore")
 _CLONE_NAME = re.compile(r"/recompute/\d+$")
 #: Characters a clone's name puts between its original's name and the prefix.
 _PAD_CHARS = frozenset("-9A")
-#: Ops the partitioner adds for a device crossing (a swap to the host adds a pair).
+#: Ops the partitioner adds for a device crossing (a swap to the host adds a pair), and
+#: the names it gives the nodes around them (``<source>/_<n>``, ``<source>/ctrl/_<n>``: a
+#: control edge crossing devices becomes a dummy ``Const``, a pair and an ``Identity``).
 _TRANSFER_OPS = frozenset({"_Send", "_Recv", "_HostSend", "_HostRecv"})
+_PARTITIONER = re.compile(r"/_\d+$")
 
 
 class NodesRemovedError(UnsupportedGraphError):
@@ -252,13 +255,15 @@ def kernel_counts(run_metadata: Any, leave_out: Iterable[str] = ()) -> dict[str,
     """The kernels of the executed graphs in ``run_metadata`` (as :func:`verify` reads
     them) by type: the op, and for a fused kernel the ops it fused (its ``fused_ops``
     attribute) as ``op(a,b)``. Nodes named in ``leave_out`` (or ``<scope>/name``) and
-    the partitioner's ``_Send``/``_Recv`` are not counted. O(executed nodes)."""
+    what the partitioner adds for a device crossing are not counted. O(executed nodes)."""
     graphs, _ = _executed_graphs(run_metadata)
     names = set(leave_out)
     counts: dict[str, int] = {}
     for graph in graphs:
         for node in graph.node:
-            if node.op in _TRANSFER_OPS or _planned(node.name, names):
+            if node.op in _TRANSFER_OPS or _PARTITIONER.search(node.name):
+                continue
+            if _planned(node.name, names):
                 continue
             key = node.op
             if "fused_ops" in node.attr:
