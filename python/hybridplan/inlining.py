@@ -50,19 +50,21 @@ from typing import Any
 
 from .errors import InvalidGraphError
 
-__all__ = ["CALL_OPS", "inline_calls", "maybe_inline"]
+__all__ = ["CALL_OPS", "inline_calls", "inlined", "maybe_inline"]
 
 #: The ops that call one function of the library with the node's inputs and return its
 #: outputs (the inlinable calls; the other function-running ops are control flow).
 CALL_OPS = ("PartitionedCall", "StatefulPartitionedCall")
 
-_MARKERS = tuple(op.encode() for op in CALL_OPS)
+# How a NodeDef's op field (field 2, length-delimited) holding a call op looks on the
+# wire: a cheap test that spares a flat graph the import of TensorFlow and a parse.
+_MARKERS = tuple(b"\x12" + bytes([len(op)]) + op.encode() for op in CALL_OPS)
 
 
 def maybe_inline(data: bytes) -> bytes:
     """``data`` with its function calls inlined, or ``data`` itself when it has none.
 
-    Needs TensorFlow only when a call is present (its op name appears in the bytes);
+    Needs TensorFlow only when a call is present (a NodeDef's op field holds a call op);
     without TensorFlow the bytes come back unchanged and the planner refuses the call.
     """
     if not any(m in data for m in _MARKERS):
@@ -79,6 +81,16 @@ def maybe_inline(data: bytes) -> bytes:
         return data
     flat, _ = inline_calls(gd)
     return flat.SerializeToString(deterministic=True)
+
+
+def inlined(graph_def: Any) -> Any:
+    """``graph_def`` itself when it calls no function, else its inlined copy: what
+    :func:`maybe_inline` gives the planner, so node indices of a plan match it."""
+    if not any(m in graph_def.SerializeToString() for m in _MARKERS):
+        return graph_def
+    if not any(n.op in CALL_OPS for n in graph_def.node):
+        return graph_def
+    return inline_calls(graph_def)[0]
 
 
 def inline_calls(graph_def: Any) -> tuple[Any, list[tuple[str, str, str]]]:
