@@ -87,6 +87,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .errors import InvalidArgumentError, UnsupportedGraphError
+from .inlining import inlined
 
 __all__ = ["TARGETS", "RewriteSummary", "Rewritten", "Target", "rewrite", "rewrite_with_summary"]
 
@@ -207,7 +208,9 @@ def rewrite_with_summary(
     """Writes a swap / recompute plan into a copy of ``graph_def``.
 
     Args:
-        graph_def: the training step's ``GraphDef``; never modified.
+        graph_def: the training step's ``GraphDef``; never modified. Its function
+            calls are inlined first, as the planner inlined them
+            (:mod:`hybridplan.inlining`): the result is the inlined graph, rewritten.
         plan: ``{"swaps": [...], "recomputes": [...]}`` with GraphDef node indices
             (see the module docstring).
         target: ``"gpu"`` or ``"cpu-emulation"`` (swap op and default devices).
@@ -240,6 +243,8 @@ def rewrite_with_summary(
     if target not in TARGETS:
         raise InvalidArgumentError(f"unknown target {target!r}; use one of {sorted(TARGETS)}")
     spec = TARGETS[target]
+    # A plan's node indices are those of the graph the planner read: calls inlined.
+    graph_def = inlined(graph_def)
     writer = _Writer(graph_def, spec, device or spec.device, host or spec.host, prefix)
     for i, swap in enumerate(plan.get("swaps", ())):
         writer.swap(i, swap)

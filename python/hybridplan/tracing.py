@@ -32,7 +32,7 @@ import tensorflow as tf
 
 from hybridplan.errors import InvalidArgumentError, ShapeError, UnsupportedGraphError
 
-__all__ = ["Traced", "keras_loss", "trace", "trace_keras"]
+__all__ = ["Traced", "keras_loss", "trace", "trace_concrete", "trace_keras"]
 
 
 @dataclass
@@ -127,6 +127,32 @@ def trace(
     if call is not None:
         cf, graph_def = _trace_inlined(python_fn, specs, call)
     return _make_traced(cf, graph_def, loss)
+
+
+def trace_concrete(concrete_function: Any, loss: int | str | None = None) -> Traced:
+    """The :class:`Traced` step of a ``ConcreteFunction`` exactly as TensorFlow traced it.
+
+    Unlike :func:`trace`, nothing is traced again: nested ``tf.function`` calls stay
+    ``PartitionedCall`` / ``StatefulPartitionedCall`` nodes with their bodies in the
+    GraphDef's library, as a pipeline that receives the GraphDef sees them.
+    :func:`hybridplan.plan` and :func:`hybridplan.apply` inline them from the library
+    (:mod:`hybridplan.inlining`), so ``apply`` returns the inlined, rewritten graph.
+
+    Args:
+        concrete_function: ``step.get_concrete_function(*specs)`` of a training step
+            (see :func:`trace` for what the step does and returns).
+        loss: which output is the loss, as for :func:`trace`.
+
+    Raises:
+        InvalidArgumentError: ``loss`` names no output, or the loss is not a float tensor.
+
+    Example::
+
+        traced = trace_concrete(step.get_concrete_function(x_spec, y_spec))
+        hybridplan.apply(traced, budget, target="cpu-emulation").graph_def  # calls inlined
+    """
+    graph_def = concrete_function.graph.as_graph_def(add_shapes=True)
+    return _make_traced(concrete_function, graph_def, loss)
 
 
 def trace_keras(

@@ -33,6 +33,14 @@ pub fn is_control_flow(op: &str) -> bool {
     )
 }
 
+/// Ops that call one function of the GraphDef's library with their inputs and return
+/// its outputs. hybridplan's Python layer inlines them before planning
+/// (`python/hybridplan/inlining.py`, which names the same ops), as TensorFlow does
+/// before it runs a step; one left in the graph was not inlinable there.
+pub fn is_function_call(op: &str) -> bool {
+    matches!(op, "PartitionedCall" | "StatefulPartitionedCall")
+}
+
 /// Ops that must never be recomputed: random (stateful RNG), side effects,
 /// collectives, I/O, and sources. Ops that take a resource handle (variable
 /// reads and writes, iterators) are excluded separately by the builder.
