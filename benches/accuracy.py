@@ -822,7 +822,7 @@ def explain_plan(b: Bench, a: Any, strategy: str, result: Any, top: int = 10) ->
     for i, sw in enumerate(result.plan.swaps):
         out = summary.swap_out[i] if i < len(summary.swap_out) else ""
         for j, (trigger, trigger_name, _, _) in enumerate(sw["ins"]):
-            ins = [n for n in summary.swap_in if f"/swap_in/{i}_{j}/" in n]
+            ins = [n for n in summary.swap_in if n.endswith(f"/swap_in/{i}_{j}")]
             rows.append(
                 f"| swap {sw['tensor']} ({sw['bytes']} B) | `{trigger_name}` "
                 f"({nodes[trigger].op}) | {100 * pos[trigger] / len(pos):.0f}% | "
@@ -830,7 +830,7 @@ def explain_plan(b: Bench, a: Any, strategy: str, result: Any, top: int = 10) ->
                 f"{at(ins)} |"
             )
     for r, rc in enumerate(result.plan.recomputes):
-        clones = [c for c in summary.clones if f"/recompute/{r}/" in c]
+        clones = [c for c in summary.clones if c.endswith(f"/recompute/{r}")]
         trigger = rc["trigger"]
         rows.append(
             f"| recompute {len(rc['nodes'])} op(s) from `{rc['names'][0]}` | "

@@ -179,6 +179,28 @@ def test_negative_dims_and_overflow():
         hybridplan.analyze(gd)
 
 
+def test_a_sum_of_sizes_past_64_bits_is_an_error_not_a_saturated_peak():
+    """Each tensor fits 64 bits, their sum does not: no budget, not even 2^64-1, fits."""
+    gd = graph_pb2.GraphDef()
+    for i in range(5):
+        node(gd, f"x{i}", "Placeholder", shapes=[[2**59]])  # 2^61 bytes each
+    node(gd, "y", "AddN", [f"x{i}" for i in range(5)], [[2**59]])
+    with pytest.raises(hybridplan.InvalidGraphError, match=r"past the 2\^63 bytes"):
+        hybridplan.analyze(gd)
+    with pytest.raises(hybridplan.InvalidGraphError, match=r"past the 2\^63 bytes"):
+        hybridplan.plan(gd, 2**64 - 1, strategy="swap")
+
+
+@pytest.mark.parametrize("op", ["ReadVariableOp", "AssignSubVariableOp", "ResourceApplyAdam"])
+def test_a_variable_op_without_a_resource_handle_is_refused(op):
+    """A handle edited to float would be planned as data (reads cloned past the update)."""
+    gd = chain(2)
+    node(gd, "v", "Placeholder", shapes=[[]])  # DT_FLOAT, where a DT_RESOURCE belongs
+    node(gd, "r", op, ["v", "f1"], [[1000]])
+    with pytest.raises(hybridplan.InvalidGraphError, match=rf"'r' \(op {op}\).*'v:0' is float32"):
+        hybridplan.analyze(gd)
+
+
 def test_bad_arguments():
     with pytest.raises(hybridplan.InvalidArgumentError):
         hybridplan.analyze(12345)

@@ -7,7 +7,6 @@ import dataclasses
 
 import numpy as np
 import pytest
-import tensorflow as tf
 
 import hybridplan
 from hybridplan import models
@@ -29,18 +28,6 @@ CASES = [
     for s in ("swap", "recompute", "hybrid")
 ]
 KIND = {"swap": ("swap_out", "swap_in"), "recompute": ("clones",), "hybrid": ()}
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _determinism():
-    tf.config.experimental.enable_op_determinism()
-    before = tf.config.optimizer.get_experimental_options()
-    tf.config.optimizer.set_experimental_options({"arithmetic_optimization": False})
-    yield
-    from tensorflow.python.framework import config
-
-    tf.config.optimizer.set_experimental_options(before)
-    config.disable_op_determinism()
 
 
 _TRACED: dict[tuple[str, str], tuple] = {}

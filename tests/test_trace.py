@@ -224,3 +224,83 @@ def test_keras_train_step_with_nested_data_spec():
     assert set(structured) == {"loss", "accuracy"}
     assert traced.loss == structured["loss"].name
     assert len(traced.inputs) == 2 and len(traced.graph_def.library.function) == 0
+
+
+def _regressor(units: int):
+    keras.utils.set_random_seed(3)
+    return keras.Sequential([keras.Input((6,)), keras.layers.Dense(8), keras.layers.Dense(units)])
+
+
+@pytest.mark.parametrize(
+    ("loss", "units", "y"),
+    [
+        ("mse", 1, np.linspace(-1, 1, 16, dtype=np.float32).reshape(16, 1)),
+        ("mean_absolute_error", 1, np.linspace(-1, 1, 16, dtype=np.float32).reshape(16, 1)),
+        (keras.losses.mean_squared_error, 1, np.linspace(0, 2, 16, dtype=np.float32)[:, None]),
+        (keras.losses.MeanSquaredError(), 1, np.linspace(0, 2, 16, dtype=np.float32)[:, None]),
+        ("crossentropy", 3, (np.arange(16) % 3).astype(np.int32)),
+        ("sparse_categorical_crossentropy", 3, (np.arange(16) % 3).astype(np.int32)),
+    ],
+    ids=["mse", "mae-name", "mse-function", "mse-object", "crossentropy", "sparse-ce"],
+)
+def test_trace_keras_step_equals_train_on_batch(loss, units, y):
+    """A loss given by name, function or object trains as model.compile(loss=...) does.
+
+    Before the fix a name gave per-example losses whose gradient is the batch sum's: the
+    update was batch-size (16) times train_on_batch's.
+    """
+    x = np.linspace(-1, 1, 16 * 6, dtype=np.float32).reshape(16, 6)
+    ours, theirs = _regressor(units), _regressor(units)
+    theirs.set_weights(ours.get_weights())
+    before = [w.copy() for w in ours.get_weights()]
+    traced = trace_keras(
+        ours,
+        keras.optimizers.SGD(0.1),
+        loss,
+        tf.TensorSpec(x.shape, tf.float32),
+        tf.TensorSpec(y.shape, tf.as_dtype(y.dtype)),
+    )
+    loss_value = traced.concrete_function(tf.constant(x), tf.constant(y))
+    theirs.compile(keras.optimizers.SGD(0.1), loss)
+    expected_loss = theirs.train_on_batch(x, y)
+    assert np.asarray(loss_value).shape == ()
+    np.testing.assert_allclose(float(np.asarray(loss_value)), expected_loss, rtol=1e-5)
+    steps = [
+        (o - b, t - b)
+        for b, o, t in zip(before, ours.get_weights(), theirs.get_weights(), strict=True)
+    ]
+    assert max(np.abs(expected).max() for _, expected in steps) > 1e-4
+    for moved, expected in steps:
+        np.testing.assert_allclose(moved, expected, rtol=1e-4, atol=1e-7)
+
+
+def test_trace_keras_rejects_an_unknown_loss():
+    with pytest.raises(InvalidArgumentError, match="not a loss Keras knows"):
+        trace_keras(
+            _regressor(1),
+            keras.optimizers.SGD(0.1),
+            "msq",
+            tf.TensorSpec([4, 6]),
+            tf.TensorSpec([4, 1]),
+        )
+    with pytest.raises(InvalidArgumentError, match=r"pass a keras\.losses\.Loss"):
+        trace_keras(
+            _regressor(1),
+            keras.optimizers.SGD(0.1),
+            5,
+            tf.TensorSpec([4, 6]),
+            tf.TensorSpec([4, 1]),
+        )
+
+
+def test_distributed_loss_must_sum_per_example():
+    """Under a strategy each replica sums its per-example losses over the global batch."""
+    from hybridplan.distributed import _per_example_loss
+
+    assert _per_example_loss("mse") is keras.losses.mean_squared_error
+    summed = keras.losses.MeanSquaredError(reduction="sum")
+    assert _per_example_loss(summed) is summed
+    with pytest.raises(InvalidArgumentError, match="reduction='sum'"):
+        _per_example_loss(keras.losses.MeanSquaredError())
+    with pytest.raises(InvalidArgumentError, match="not a loss Keras knows"):
+        _per_example_loss("msq")

@@ -62,6 +62,7 @@ __all__ = [
     "rewrite",
     "synthetic_graphdef",
     "trace",
+    "trace_concrete",
     "trace_keras",
     "verify",
 ]
@@ -71,6 +72,7 @@ __version__ = "0.1.0"
 # Attributes that need TensorFlow, imported on first use.
 _LAZY = {
     "trace": "tracing",
+    "trace_concrete": "tracing",
     "trace_keras": "tracing",
     "Traced": "tracing",
     "apply": "applying",

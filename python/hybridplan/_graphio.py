@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import InvalidArgumentError, InvalidGraphError
+from .inlining import maybe_inline
 
 __all__ = ["GraphLike", "graph_bytes"]
 
@@ -18,8 +19,16 @@ def graph_bytes(graph: GraphLike) -> tuple[bytes, str | None]:
 
     Accepts a ``GraphDef`` (anything with ``SerializeToString``), ``bytes``,
     a path to a binary ``.pb`` or a text ``.pbtxt`` file, or a
-    :class:`hybridplan.tracing.Traced`.
+    :class:`hybridplan.tracing.Traced`. Function calls (``PartitionedCall``,
+    ``StatefulPartitionedCall``) are inlined from the GraphDef's library, as TensorFlow
+    inlines them before it runs the step (:mod:`hybridplan.inlining`): the bytes are
+    those of the graph that is planned and rewritten.
     """
+    data, loss = _raw_bytes(graph)
+    return maybe_inline(data), loss
+
+
+def _raw_bytes(graph: GraphLike) -> tuple[bytes, str | None]:
     loss = None
     if hasattr(graph, "graph_def"):
         # A traced step returns its loss through an Identity that runs after

@@ -194,6 +194,7 @@ def trace_keras(
 
     n = strategy.num_replicas_in_sync
     global_batch = int(x_spec.shape[0]) * n
+    loss_fn = _per_example_loss(loss_fn)
 
     def replica_step(x: Any, y: Any) -> Any:
         with tf.GradientTape() as tape:
@@ -206,6 +207,39 @@ def trace_keras(
         return loss
 
     return trace(strategy, replica_step, x_spec, y_spec)
+
+
+def _per_example_loss(identifier: Any) -> Any:
+    """``identifier`` as a loss whose ``reduce_sum`` is the replica's summed loss.
+
+    A name or a plain function gives per-example losses (Keras' loss functions do); a
+    ``keras.losses.Loss`` must reduce with ``"sum"`` or ``"none"``: a batch mean would be
+    divided by the global batch again and train on a loss ``batch`` times too small.
+    """
+    import keras
+
+    if isinstance(identifier, keras.losses.Loss):
+        if identifier.reduction not in ("sum", "none", None):
+            raise InvalidArgumentError(
+                f"loss {identifier.name!r} reduces with {identifier.reduction!r}; under a "
+                "distribution strategy each replica's loss is summed and divided by the "
+                "global batch, so build it with reduction='sum' (or 'none')"
+            )
+        return identifier
+    if isinstance(identifier, str):
+        try:
+            return keras.losses.get(identifier)
+        except ValueError as e:
+            raise InvalidArgumentError(
+                f"loss {identifier!r} is not a loss Keras knows ({e}); pass a name such as "
+                "'mse', a function loss_fn(y_true, y_pred) or a keras.losses.Loss"
+            ) from None
+    if not callable(identifier):
+        raise InvalidArgumentError(
+            f"loss is a {type(identifier).__name__}; pass a name such as 'mse', a function "
+            "loss_fn(y_true, y_pred) or a keras.losses.Loss built with reduction='sum'"
+        )
+    return identifier
 
 
 def _through_identities(graph_def: Any, tensor: str) -> str:

@@ -69,6 +69,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .errors import InvalidArgumentError
+from .inlining import inlined
 from .measuring import (
     Batches,
     _batch_source,
@@ -340,7 +341,8 @@ def profile(
         raise InvalidArgumentError(f"warmup must be >= 0, got {warmup}")
     plain, options = run_options(order), run_options(order, trace=True)
     batch_at = _batch_source(batches)
-    source = traced.graph_def if graph_def is None else graph_def
+    # Indexed like the graph the planner reads: function calls inlined.
+    source = inlined(traced.graph_def if graph_def is None else graph_def)
     graph, feeds, fetches, init, _ = _session_graph(traced, source)
     config = session_config(num_cpus)
 

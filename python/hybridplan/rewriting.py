@@ -12,7 +12,7 @@ What is inserted (semantics of ``rust/core/src/plan.rs``):
 
 - **Swap.** One swap-out node ``<prefix>/swap_out/<i>/<producer>`` copies ``p:k`` to the
   host; when ``after != p`` it has a control input from ``after``. Each ``ins`` entry
-  ``j`` adds a swap-in node ``<prefix>/swap_in/<i>_<j>/<producer>`` on the device that
+  ``j`` adds a swap-in node ``<producer><pad><prefix>/swap_in/<i>_<j>`` on the device that
   reads the swap-out and has a control input from ``trigger``. Every input slot of a
   node in ``consumers`` that reads ``p:k`` is rewired to the swap-in; the clones of the
   nodes in ``clone_consumers`` read it too. When ``release`` is given (not None), node
@@ -20,13 +20,13 @@ What is inserted (semantics of ``rust/core/src/plan.rs``):
   the copy has ended, so the executor cannot run ahead while the original waits. (The
   planner passes its *gate* here: the release node itself, or a variable read feeding
   it, so that no op Grappler would fuse gets a control edge; see plan/release.rs.)
-- **Recompute.** Every node of ``nodes`` is cloned as ``<prefix>/recompute/<r>/<name>``
+- **Recompute.** Every node of ``nodes`` is cloned as ``<name><pad><prefix>/recompute/<r>``
   (same op, attributes and device). A clone's input made inside the set reads the
   clone; one made outside reads the original tensor, unless a swap-in or an earlier
   recompute lists this node in its ``clone_consumers``, and reads it through a *gate*
-  ``<prefix>/gate/<g>``: an ``Identity`` of it with a control input from ``trigger``,
-  one per tensor and trigger (constants, fed inputs and variable reads are read
-  directly). The gates make the clones late and keep them apart from their originals
+  ``<producer><pad><prefix>/gate/<g>``: an ``Identity`` of it with a control input from
+  ``trigger``, one per tensor and trigger (constants, fed inputs and variable reads are
+  read directly). The gates make the clones late and keep them apart from their originals
   (common-subexpression elimination merges only equal inputs), and leave the clones
   without control edges or protection, so that Grappler's remapper fuses them as it
   fuses the originals (a fused kernel rounds differently). A clone that reads no gate
@@ -43,6 +43,16 @@ What is inserted (semantics of ``rust/core/src/plan.rs``):
   fuse (and round) as the original does. A recompute's ``inputs`` (``[producer,
   output]``) and ``readers`` (``[node, output, reads]``), which the core writes, say
   what the gates and keepers need; without them one pass over the graph finds it.
+
+**Names.** A node that takes an original tensor's place in some node's inputs (swap-in,
+clone, gate) is named after the tensor's producer, ``<producer><pad><tag>``: Grappler
+sorts the data inputs of every commutative op (``AddN``, ``Mul``...) by name before
+optimising (common-subgraph elimination, on whenever the arithmetic optimizer is), and
+an ``AddN`` sums in that order, so a reader must see its inputs in the same order as in
+the original. The pad (usually ``-``) ranks the name right against the reader's other
+inputs that start with the producer's name too (``_ranked``). A swap-out, whose reader
+is the swap-in, and a keeper, read by nothing, keep ``<prefix>/swap_out/<i>/<producer>``
+and ``<prefix>/keep/<j>``.
 
 Every inserted node carries ``T``, ``_output_shapes`` (copied from its source) and, but
 the clones, ``_grappler_do_not_remove = true``: without it Grappler deletes the swap
@@ -77,6 +87,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .errors import InvalidArgumentError, UnsupportedGraphError
+from .inlining import inlined
 
 __all__ = ["TARGETS", "RewriteSummary", "Rewritten", "Target", "rewrite", "rewrite_with_summary"]
 
@@ -197,7 +208,9 @@ def rewrite_with_summary(
     """Writes a swap / recompute plan into a copy of ``graph_def``.
 
     Args:
-        graph_def: the training step's ``GraphDef``; never modified.
+        graph_def: the training step's ``GraphDef``; never modified. Its function
+            calls are inlined first, as the planner inlined them
+            (:mod:`hybridplan.inlining`): the result is the inlined graph, rewritten.
         plan: ``{"swaps": [...], "recomputes": [...]}`` with GraphDef node indices
             (see the module docstring).
         target: ``"gpu"`` or ``"cpu-emulation"`` (swap op and default devices).
@@ -230,6 +243,8 @@ def rewrite_with_summary(
     if target not in TARGETS:
         raise InvalidArgumentError(f"unknown target {target!r}; use one of {sorted(TARGETS)}")
     spec = TARGETS[target]
+    # A plan's node indices are those of the graph the planner read: calls inlined.
+    graph_def = inlined(graph_def)
     writer = _Writer(graph_def, spec, device or spec.device, host or spec.host, prefix)
     for i, swap in enumerate(plan.get("swaps", ())):
         writer.swap(i, swap)
@@ -303,6 +318,54 @@ def _readers(nodes: Any) -> dict[str, int]:
                 key = _tensor(*_parse_input(text))
                 out[key] = out.get(key, 0) + 1
     return out
+
+
+#: What goes between a tensor's producer name and the tag of a node that stands for the
+#: tensor (see ``_ranked``), tried in this order. ``-`` is the smallest character a node
+#: name may hold after its first, ``9`` the largest below ``:``.
+_PADS = ("-", "--", "---", "9", "99", "999", "A", "AA")
+
+
+def _commutative(op: str) -> bool:
+    """Whether ``op``'s OpDef is marked commutative (``AddN``, ``AddV2``, ``Mul``...):
+    Grappler sorts such a node's data inputs by name (see ``_ranked``)."""
+    from tensorflow.python.framework import op_def_registry
+
+    op_def = op_def_registry.get(op)
+    return op_def is not None and op_def.is_commutative
+
+
+def _suffix_fits(s: str, r: str, t: str) -> bool:
+    """Whether ``producer + s`` sorts against ``producer + r`` as ``producer + t`` does,
+    whatever follows ``r``."""
+    if r == t:
+        return True
+    if r < t:
+        return s > r and not s.startswith(r)
+    return s < r
+
+
+def _ranked(producer: str, targets: Sequence[str], siblings: Sequence[str], tag: str) -> str:
+    """The name of a node that stands for the tensors ``producer + t`` (``t`` in
+    ``targets``: ``""`` for output 0, ``":k"``) in the data inputs of commutative ops
+    whose other inputs are ``siblings``, chosen so that every input keeps its rank.
+
+    Grappler's common-subgraph elimination (on whenever the arithmetic optimizer is)
+    first canonicalises the graph: it sorts the data inputs of every commutative op by
+    their text (``utils/canonicalizer.cc``), and an ``AddN`` sums in that order. An input
+    renamed to ``hybridplan/swap_in/...`` moves in that order, and the sum rounds
+    differently. The name is ``producer + pad + tag``: compared with a sibling that does
+    not start with ``producer`` it sorts as ``producer`` does; the pad (``_PADS``) is the
+    first that also ranks it right against the siblings that do (``producer:1``,
+    ``producer/Mul``, ``producer_1``). When none does (a pathological set of names) the
+    first pad is used. O(len(siblings) x len(_PADS)).
+    """
+    rel = [x[len(producer) :] for x in siblings if x.startswith(producer) and x != producer]
+    for pad in _PADS:
+        s = pad + tag
+        if all(_suffix_fits(s, r, t) for r in rel for t in targets):
+            return producer + s
+    return producer + _PADS[0] + tag
 
 
 # --------------------------------------------------------------------------- the writer
@@ -395,7 +458,10 @@ class _Writer:
         for j, entry in enumerate(swap.get("ins", ())):
             where = f"swaps[{i}].ins[{j}]"
             trigger = self.name(self.index(entry["trigger"], f"{where}.trigger"))
-            in_name = f"{self.prefix}/swap_in/{i}_{j}/{self.name(p)}"
+            readers = [*entry.get("consumers", ()), *entry.get("clone_consumers", ())]
+            siblings = self.siblings(readers, {source}.__contains__, where)
+            tag = f"{self.prefix}/swap_in/{i}_{j}"
+            in_name = _ranked(self.name(p), [_tensor("", k)], siblings, tag)
             op = self.spec.swap_in_op
             self.add_copy(in_name, op, self.device, out_name, [trigger], (p, k, dtype))
             self.swap_in.append(in_name)
@@ -404,6 +470,22 @@ class _Writer:
             for c in entry.get("clone_consumers", ()):
                 c = self.index(c, f"{where}.clone_consumers")
                 self.add_redirect(c, {source: in_name}, where)
+
+    def siblings(self, readers: Sequence[int], skip: Any, where: str) -> list[str]:
+        """The data inputs of the commutative nodes among ``readers`` (original node
+        indices) but those whose tensor (``name`` or ``name:k``) ``skip`` accepts: what a
+        node standing for the skipped tensors must sort against (``_ranked``).
+        O(inputs of the readers)."""
+        out: list[str] = []
+        for c in readers:
+            node = self.src.node[self.index(c, where)]
+            if _commutative(node.op):
+                out.extend(
+                    t
+                    for t in node.input
+                    if not t.startswith("^") and not skip(_tensor(*_parse_input(t)))
+                )
+        return out
 
     def swappable_dtype(self, i: int, p: int, k: int) -> int:
         """The dtype of ``p:k``; raises when there is no such output or it is a handle."""
@@ -493,7 +575,7 @@ class _Writer:
         if len(set(nodes)) != len(nodes):
             raise InvalidArgumentError(f"{where}: a node is listed twice in nodes")
         trigger = self.name(self.index(rec["trigger"], f"{where}.trigger"))
-        clone_name = {self.name(v): f"{self.prefix}/recompute/{r}/{self.name(v)}" for v in nodes}
+        clone_name = self.clone_names(r, rec, nodes, where)
         outputs: dict[str, str] = {}
         for v in nodes:
             self.check_clonable(v, where)
@@ -511,6 +593,37 @@ class _Writer:
             self.rewire(self.index(c, f"{where}.consumers"), outputs, where)
         for c in rec.get("clone_consumers", ()):
             self.add_redirect(self.index(c, f"{where}.clone_consumers"), outputs, where)
+
+    def clone_names(
+        self, r: int, rec: Mapping[str, Any], nodes: list[int], where: str
+    ) -> dict[str, str]:
+        """Original name -> clone name for recompute ``r``: each clone named by
+        ``_ranked`` against the other inputs of the commutative nodes that will read it
+        (clones in the set, rewired consumers, later clones). O(their inputs)."""
+        names = {self.name(v) for v in nodes}
+        readers = [*nodes, *rec.get("consumers", ()), *rec.get("clone_consumers", ())]
+        readers_of: dict[str, list[int]] = {}
+        for c in readers:
+            node = self.src.node[self.index(c, where)]
+            if not _commutative(node.op):
+                continue
+            for text in node.input:
+                name = _parse_input(text)[0]
+                if not text.startswith("^") and name in names:
+                    readers_of.setdefault(name, []).append(c)
+        out: dict[str, str] = {}
+        for v in nodes:
+            original = self.name(v)
+            of = readers_of.get(original, [])
+
+            def own(text: str, original: str = original) -> bool:
+                return not text.startswith("^") and _parse_input(text)[0] == original
+
+            reads = (t for c in of for t in self.src.node[c].input if own(t))
+            targets = sorted({_tensor("", _parse_input(t)[1]) for t in reads})
+            siblings = self.siblings(sorted(set(of)), own, where)
+            out[original] = _ranked(original, targets, siblings, f"{self.prefix}/recompute/{r}")
+        return out
 
     def check_clonable(self, v: int, where: str) -> None:
         from tensorflow.python.framework import op_def_registry
@@ -559,7 +672,12 @@ class _Writer:
                 self.rewired += key in redirect
                 source = redirect.get(key, text)
                 if key in redirect or self.gated(key):
-                    gate = self.gate(source, key, trigger, clone.device)
+                    siblings = [
+                        t
+                        for t in original.input
+                        if _commutative(original.op) and not t.startswith("^") and t != text
+                    ]
+                    gate = self.gate(source, key, trigger, clone.device, siblings)
                     gates.append(gate)
                     source = gate
                 clone.input.append(source)
@@ -616,14 +734,17 @@ class _Writer:
         # gate needs ^trigger, and the remapper never fuses a node with control fanin.
         return self.src.node[self.producer[key][0]].op not in _UNGATED_OPS
 
-    def gate(self, source: str, key: str, trigger: str, device: str) -> str:
+    def gate(
+        self, source: str, key: str, trigger: str, device: str, siblings: Sequence[str] = ()
+    ) -> str:
         """The gate of ``source`` for clones run after ``trigger``: an ``Identity`` of it
         with a control input from the trigger, made once per source and trigger (two
         equal gates would be merged by TensorFlow's CSE). ``key``: the original tensor
         that ``source`` stands for (itself, or the one a swap-in or clone replaces)."""
         if (source, trigger) not in self.gate_of:
-            name = f"{self.prefix}/gate/{len(self.gates)}"
             p, k = self.producer[key]
+            tag = f"{self.prefix}/gate/{len(self.gates)}"
+            name = _ranked(self.name(p), [_tensor("", k)], siblings, tag)
             dtype = _output_dtypes(self.src.node[p])[k]
             self.add_copy(name, "Identity", device, source, [trigger], (p, k, dtype))
             self.gates.append(name)

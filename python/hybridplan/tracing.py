@@ -32,7 +32,7 @@ import tensorflow as tf
 
 from hybridplan.errors import InvalidArgumentError, ShapeError, UnsupportedGraphError
 
-__all__ = ["Traced", "trace", "trace_keras"]
+__all__ = ["Traced", "keras_loss", "trace", "trace_concrete", "trace_keras"]
 
 
 @dataclass
@@ -129,6 +129,32 @@ def trace(
     return _make_traced(cf, graph_def, loss)
 
 
+def trace_concrete(concrete_function: Any, loss: int | str | None = None) -> Traced:
+    """The :class:`Traced` step of a ``ConcreteFunction`` exactly as TensorFlow traced it.
+
+    Unlike :func:`trace`, nothing is traced again: nested ``tf.function`` calls stay
+    ``PartitionedCall`` / ``StatefulPartitionedCall`` nodes with their bodies in the
+    GraphDef's library, as a pipeline that receives the GraphDef sees them.
+    :func:`hybridplan.plan` and :func:`hybridplan.apply` inline them from the library
+    (:mod:`hybridplan.inlining`), so ``apply`` returns the inlined, rewritten graph.
+
+    Args:
+        concrete_function: ``step.get_concrete_function(*specs)`` of a training step
+            (see :func:`trace` for what the step does and returns).
+        loss: which output is the loss, as for :func:`trace`.
+
+    Raises:
+        InvalidArgumentError: ``loss`` names no output, or the loss is not a float tensor.
+
+    Example::
+
+        traced = trace_concrete(step.get_concrete_function(x_spec, y_spec))
+        hybridplan.apply(traced, budget, target="cpu-emulation").graph_def  # calls inlined
+    """
+    graph_def = concrete_function.graph.as_graph_def(add_shapes=True)
+    return _make_traced(concrete_function, graph_def, loss)
+
+
 def trace_keras(
     model: Any,
     optimizer: Any,
@@ -146,8 +172,11 @@ def trace_keras(
     Args:
         model: a Keras 3 model.
         optimizer: a Keras optimizer instance.
-        loss_fn: a Keras loss (instance, function, or name understood by
-            ``keras.losses.get``) called as ``loss_fn(y_true, y_pred)``.
+        loss_fn: a Keras loss instance, a loss function, or a name, meaning what it
+            means in ``model.compile(loss=...)``: a name or a plain function is wrapped
+            as Keras wraps it (``keras.losses.LossFunctionWrapper``, averaged over the
+            batch), so ``"mse"`` trains on the batch mean, not on the per-example sum
+            (:func:`keras_loss`).
         x_spec: ``tf.TensorSpec`` (or array) of the model input, fully defined.
         y_spec: ``tf.TensorSpec`` (or array) of the target, fully defined.
 
@@ -162,12 +191,10 @@ def trace_keras(
         traced = trace_keras(model, keras.optimizers.SGD(0.1), "mse",
                              tf.TensorSpec([4, 10]), tf.TensorSpec([4, 1]))
     """
-    import keras
 
     x_sig = _to_spec(x_spec, 0)
     y_sig = _to_spec(y_spec, 1)
-    if isinstance(loss_fn, str):
-        loss_fn = keras.losses.get(loss_fn)
+    loss_fn = keras_loss(loss_fn)
     if not model.built:
         model.build(tuple(x_sig.shape))
     if not getattr(optimizer, "built", False):
@@ -183,6 +210,76 @@ def trace_keras(
         return loss_value
 
     return trace(train_step, x_sig, y_sig)
+
+
+def keras_loss(identifier: Any) -> Callable[[Any, Any], Any]:
+    """The loss ``model.compile(loss=identifier)`` would train on, as a callable.
+
+    Keras resolves a name with ``keras.losses.get`` (``"crossentropy"``/``"ce"`` pick the
+    binary, sparse or categorical cross-entropy from the shapes) and wraps anything that
+    is not a ``keras.losses.Loss`` in ``keras.losses.LossFunctionWrapper``, whose default
+    reduction averages over the batch. A ``Loss`` instance is used as it is, with its own
+    reduction.
+
+    Raises:
+        InvalidArgumentError: ``identifier`` is neither a ``Loss``, a callable nor a name
+            Keras knows.
+
+    Example::
+
+        keras_loss("mse")(y_true, y_pred)   # a scalar: the batch mean, as in model.fit
+    """
+    import keras
+
+    if isinstance(identifier, keras.losses.Loss):
+        return identifier
+    if isinstance(identifier, str) and identifier.lower() in ("crossentropy", "ce"):
+        return _shape_picked_crossentropy(identifier)
+    try:
+        fn = keras.losses.get(identifier) if isinstance(identifier, str) else identifier
+    except ValueError as e:
+        raise InvalidArgumentError(
+            f"loss {identifier!r} is not a loss Keras knows ({e}); pass a keras.losses.Loss, "
+            'a function loss_fn(y_true, y_pred) or a name such as "mse"'
+        ) from None
+    if isinstance(fn, keras.losses.Loss):
+        return fn
+    if not callable(fn):
+        raise InvalidArgumentError(
+            f"loss is a {type(identifier).__name__} ({identifier!r}); pass a keras.losses.Loss, "
+            'a function loss_fn(y_true, y_pred) or a name such as "mse"'
+        )
+    name = identifier if isinstance(identifier, str) else getattr(fn, "__name__", "loss")
+    return _loss_function_wrapper()(fn, name=name)
+
+
+def _shape_picked_crossentropy(name: str) -> Callable[[Any, Any], Any]:
+    """Keras' ``"crossentropy"``: binary, sparse or categorical by the tensors' shapes."""
+    import keras
+
+    def loss(y_true: Any, y_pred: Any) -> Any:
+        t_rank, p_rank = len(y_true.shape), len(y_pred.shape)
+        p_last = y_pred.shape[-1]
+        if p_last == 1:
+            fn = keras.losses.binary_crossentropy
+        elif t_rank < p_rank or y_true.shape[-1] == 1:
+            fn = keras.losses.sparse_categorical_crossentropy
+        else:
+            fn = keras.losses.categorical_crossentropy
+        return _loss_function_wrapper()(fn, name=name)(y_true, y_pred)
+
+    return loss
+
+
+def _loss_function_wrapper() -> Any:
+    """Keras' own ``LossFunctionWrapper``: what ``compile`` wraps a loss function in.
+
+    Keras 3 does not export it; its rank matching and batch-mean reduction are what a
+    name means, so the class itself is used rather than a copy of its rules.
+    """
+    from keras.src.losses.losses import LossFunctionWrapper
+
+    return LossFunctionWrapper
 
 
 # --------------------------------------------------------------------------- specs

@@ -84,9 +84,9 @@ def trial(
     bytes included) or, when ``budget`` is None, under the persistent bytes
     plus ``fraction`` (default 0.7) of the original's tensor activation peak plus
     the largest scratch one kernel takes (``Analysis.workspace_peak_bytes``: no plan
-    removes it; 0 with oneDNN's kernels, docs/devices.md); rewrites
-    it for CPU emulation and runs both steps ``steps`` times on the same batches
-    (with Grappler's arithmetic optimizer off, see docs/how-it-works.md).
+    removes it; 0 with oneDNN's kernels, docs/devices.md); rewrites it for CPU
+    emulation and runs both steps ``steps`` times on the same batches, with Grappler
+    as TensorFlow sets it by default (see :func:`side_by_side`).
 
     Raises:
         BudgetError: no plan fits; InvalidArgumentError: bad arguments.
@@ -130,24 +130,16 @@ def trial(
 
 def side_by_side(traced: Any, graph_def: Any, batches: Any, steps: int = 3) -> tuple[Any, Any]:
     """The :func:`hybridplan.measure` results of the original step and of ``graph_def``
-    on the same batches, with Grappler's arithmetic optimizer off on both sides (bit-
-    identity holds only then, docs/how-it-works.md, "Numerics"; the process's setting
-    is restored afterwards). Both run inline, in a GPU executor's order; a swap plan's
-    host copies run on the device and are charged to the host (``host_on_device``),
-    so that it runs inline too (docs/accuracy.md)."""
-    import tensorflow as tf
-
+    on the same batches, both optimised by Grappler as the process's ``tf.config.optimizer``
+    options say (TensorFlow's defaults unless the caller changed them): the rewrite keeps
+    every rewrite Grappler makes of the original (docs/how-it-works.md, "Numerics"). Both
+    run inline, in a GPU executor's order; a swap plan's host copies run on the device
+    and are charged to the host (``host_on_device``), so that it runs inline too
+    (docs/accuracy.md)."""
     from .measuring import measure
 
-    saved = tf.config.optimizer.get_experimental_options()
-    tf.config.optimizer.set_experimental_options({"arithmetic_optimization": False})
-    try:
-        base = measure(traced, None, batches, steps=steps)
-        new = measure(traced, graph_def, batches, steps=steps, host_on_device=True)
-    finally:
-        tf.config.optimizer.set_experimental_options(
-            {"arithmetic_optimization": saved.get("arithmetic_optimization", True)}
-        )
+    base = measure(traced, None, batches, steps=steps)
+    new = measure(traced, graph_def, batches, steps=steps, host_on_device=True)
     return base, new
 
 

@@ -10,6 +10,14 @@ Grappler and placement) and its ``partition_graphs`` (one per device, with the
 ``present`` (with the op and device it runs as), ``absorbed`` (a clone whose original is
 gone too: both were rewritten the same way, e.g. fused) or ``missing``.
 
+**The same kernels.** Given the run metadata of the original step's first call
+(``original=``, recorded with :func:`run_recorded`), the report also counts the kernels
+of both executed graphs by type (a fused kernel by its op and the ops it fused, from its
+``fused_ops`` attribute, e.g. ``_FusedConv2D(BiasAdd,Relu)``), leaving out the planned
+nodes and what the partitioner adds for a device crossing (``_Send``/``_Recv``): a rewrite that made
+Grappler or oneDNN fuse (or fold) differently shows up in ``kernel_changes``, and
+rounds differently.
+
 Limits: TensorFlow records these graphs when it instantiates a function, i.e. on the
 first call only; eager run metadata has no per-node execution trace. The classic graph
 CSE pass (``optimizer_cse.cc``) runs after that snapshot; it merges only nodes of equal
@@ -26,6 +34,7 @@ Example::
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import warnings
 from collections.abc import Callable, Iterable, Mapping
@@ -34,11 +43,26 @@ from typing import Any
 
 from .errors import InvalidArgumentError, UnsupportedGraphError
 
-__all__ = ["NodeStatus", "NodesRemovedError", "VerifyReport", "verify", "verify_run_metadata"]
+__all__ = [
+    "NodeStatus",
+    "NodesRemovedError",
+    "VerifyReport",
+    "kernel_counts",
+    "run_recorded",
+    "verify",
+    "verify_run_metadata",
+]
 
 _ON_MISSING = ("raise", "warn", "ignore")
 #: How a clone's name starts after the prefix (``rewriting.py``).
-_CLONE_NAME = re.compile(r"/recompute/\d+/")
+_CLONE_NAME = re.compile(r"/recompute/\d+$")
+#: Characters a clone's name puts between its original's name and the prefix.
+_PAD_CHARS = frozenset("-9A")
+#: Ops the partitioner adds for a device crossing (a swap to the host adds a pair), and
+#: the names it gives the nodes around them (``<source>/_<n>``, ``<source>/ctrl/_<n>``: a
+#: control edge crossing devices becomes a dummy ``Const``, a pair and an ``Identity``).
+_TRANSFER_OPS = frozenset({"_Send", "_Recv", "_HostSend", "_HostRecv"})
+_PARTITIONER = re.compile(r"/_\d+$")
 
 
 class NodesRemovedError(UnsupportedGraphError):
@@ -88,6 +112,19 @@ class VerifyReport:
     nodes: tuple[NodeStatus, ...]
     source: str
     outputs: Any = None
+    kernels: Mapping[str, tuple[int, int]] | None = None
+
+    @property
+    def kernel_changes(self) -> dict[str, tuple[int, int]]:
+        """Kernel types run a different number of times by the original and by the
+        rewritten step (``{}`` when no original was given)."""
+        return {k: v for k, v in (self.kernels or {}).items() if v[0] != v[1]}
+
+    @property
+    def fused(self) -> dict[str, tuple[int, int]]:
+        """Fused kernels by type (op and the ops it fused): count in the original, count
+        in the rewritten step (``{}`` when no original was given)."""
+        return {k: v for k, v in (self.kernels or {}).items() if "(" in k}
 
     def _with(self, status: str) -> list[str]:
         return [n.name for n in self.nodes if n.status == status]
@@ -111,10 +148,11 @@ class VerifyReport:
 
     @property
     def ok(self) -> bool:
-        """No planned node is missing and no clone can be merged into its original. An
+        """No planned node is missing, no clone can be merged into its original and, when
+        the original's run was given, the same kernels ran (``kernel_changes`` empty). An
         absorbed clone (fused like its original, which is gone too) is what the rewrite
         intends since clones are unprotected (rewriting.py: gates)."""
-        return not self.missing and not self.mergeable
+        return not self.missing and not self.mergeable and not self.kernel_changes
 
     def by_name(self) -> dict[str, NodeStatus]:
         return {n.name: n for n in self.nodes}
@@ -130,6 +168,16 @@ class VerifyReport:
             text += f"; missing: {self.missing[:5]}"
         if self.mergeable:
             text += f"; clones identical to their original: {self.mergeable[:5]}"
+        if self.kernels is not None:
+            fused = sum(v[1] for v in self.fused.values())
+            text += f"; {fused} fused kernels"
+            changes = self.kernel_changes
+            text += (
+                f"; kernels run differently from the original (original, rewritten): "
+                f"{dict(sorted(changes.items())[:5])}"
+                if changes
+                else ", the same kernels as the original"
+            )
         return text
 
 
@@ -138,6 +186,7 @@ def verify(
     expected: Any,
     *args: Any,
     on_missing: str = "raise",
+    original: Any = None,
     **kwargs: Any,
 ) -> VerifyReport:
     """Runs ``step(*args, **kwargs)`` for the FIRST time and checks the planned nodes.
@@ -148,11 +197,14 @@ def verify(
             (TensorFlow records the optimized graphs only when it instantiates a function).
         expected: a :class:`~hybridplan.rewriting.RewriteSummary` (kinds and clone
             originals known) or an iterable of node names (a clone is then known by
-            its name, ``<prefix>/recompute/<r>/<original>``).
+            its name, ``<original><pad><prefix>/recompute/<r>``).
         *args, **kwargs: the step's arguments (one training step runs: variables change).
         on_missing: ``"raise"`` (:class:`NodesRemovedError`), ``"warn"``
-            (``RuntimeWarning``) or ``"ignore"`` when a node is missing or a clone is
-            mergeable (an absorbed clone, fused like its original, is fine).
+            (``RuntimeWarning``) or ``"ignore"`` when a node is missing, a clone is
+            mergeable (an absorbed clone, fused like its original, is fine) or the
+            kernels differ from the original's.
+        original: the ``RunMetadata`` of the original step's first call
+            (:func:`run_recorded`); the report then compares the kernels that ran.
 
     Returns:
         :class:`VerifyReport`, with the step's return value in ``outputs``.
@@ -166,9 +218,23 @@ def verify(
 
         report = verify(step, out.summary, *workload.batch(0), on_missing="warn")
     """
+    _check_on_missing(on_missing)
+    outputs, metadata = run_recorded(step, *args, **kwargs)
+    report = verify_run_metadata(metadata, expected, on_missing=on_missing, original=original)
+    return dataclasses.replace(report, outputs=outputs)
+
+
+def run_recorded(step: Callable[..., Any], *args: Any, **kwargs: Any) -> tuple[Any, Any]:
+    """Makes the FIRST call of ``step`` with run metadata on: ``(outputs, RunMetadata)``,
+    whose function graphs are what TensorFlow built for execution (e.g. the original
+    step's, for :func:`verify`'s ``original``).
+
+    Raises:
+        InvalidArgumentError: the call instantiated no function (the step had already
+            run, or is not a TensorFlow function).
+    """
     from tensorflow.python.eager import context
 
-    _check_on_missing(on_missing)
     ctx = context.context()
     ctx.enable_run_metadata()
     try:
@@ -179,15 +245,48 @@ def verify(
         ctx.disable_run_metadata()
     if metadata is None or not metadata.function_graphs:
         raise InvalidArgumentError(
-            "the step instantiated no TensorFlow function: verify() must make the step's "
-            "FIRST call (compile a fresh step with compile_step and pass it unused)"
+            "the step instantiated no TensorFlow function: it must be the step's FIRST "
+            "call (compile a fresh step with compile_step and pass it unused)"
         )
-    report = verify_run_metadata(metadata, expected, on_missing=on_missing)
-    return VerifyReport(report.nodes, report.source, outputs)
+    return outputs, metadata
+
+
+def kernel_counts(run_metadata: Any, leave_out: Iterable[str] = ()) -> dict[str, int]:
+    """The kernels of the executed graphs in ``run_metadata`` (as :func:`verify` reads
+    them) by type: the op, and for a fused kernel the ops it fused (its ``fused_ops``
+    attribute) as ``op(a,b)``. Nodes named in ``leave_out`` (or ``<scope>/name``) and
+    what the partitioner adds for a device crossing are not counted. O(executed nodes)."""
+    graphs, _ = _executed_graphs(run_metadata)
+    names = set(leave_out)
+    counts: dict[str, int] = {}
+    for graph in graphs:
+        for node in graph.node:
+            if node.op in _TRANSFER_OPS or _PARTITIONER.search(node.name):
+                continue
+            if _planned(node.name, names):
+                continue
+            key = node.op
+            if "fused_ops" in node.attr:
+                key += "(" + ",".join(x.decode() for x in node.attr["fused_ops"].list.s) + ")"
+            counts[key] = counts.get(key, 0) + 1
+    return counts
+
+
+def _planned(name: str, names: set[str]) -> bool:
+    """Whether ``name`` is one of ``names`` or ``<scope>/`` one of them."""
+    if not names:
+        return False
+    at = -1
+    while True:
+        if name[at + 1 :] in names:
+            return True
+        at = name.find("/", at + 1)
+        if at < 0:
+            return False
 
 
 def verify_run_metadata(
-    run_metadata: Any, expected: Any, *, on_missing: str = "raise"
+    run_metadata: Any, expected: Any, *, on_missing: str = "raise", original: Any = None
 ) -> VerifyReport:
     """Checks the planned nodes against a ``RunMetadata`` already collected.
 
@@ -205,10 +304,15 @@ def verify_run_metadata(
     kinds, clone_of = _expected(expected)
     found = _match(graphs, kinds, clone_of)
     nodes = tuple(_status(name, kind, found, clone_of) for name, kind in kinds.items())
-    report = VerifyReport(nodes, source)
+    kernels = None
+    if original is not None:
+        before = kernel_counts(original)
+        after = kernel_counts(run_metadata, kinds)
+        kernels = {k: (before.get(k, 0), after.get(k, 0)) for k in sorted({*before, *after})}
+    report = VerifyReport(nodes, source, kernels=kernels)
     if not report.ok and on_missing != "ignore":
         message = (
-            f"TensorFlow did not keep the planned swap/recompute nodes: {report.describe()}. "
+            f"TensorFlow did not run the rewritten step as planned: {report.describe()}. "
             "Swap nodes, gates and keepers need attr _grappler_do_not_remove=true and "
             "clones inputs of their own (a gate, another clone or a control input; "
             "hybridplan.rewrite does all of it); was the GraphDef rewritten again?"
@@ -242,40 +346,45 @@ def _executed_graphs(run_metadata: Any) -> tuple[list[Any], str]:
     )
 
 
-def _expected(expected: Any) -> tuple[dict[str, str], Mapping[str, str]]:
-    """``{name: kind}`` in the given order, and ``{clone: original}``."""
+def _expected(expected: Any) -> tuple[dict[str, str], Mapping[str, tuple[str, ...]]]:
+    """``{name: kind}`` in the given order, and ``{clone: names its original may have}``
+    (one name when a summary says it; the longest found in the executed graph wins)."""
     if hasattr(expected, "swap_out") and hasattr(expected, "clones"):
         kinds = {n: "swap_out" for n in expected.swap_out}
         kinds.update((n, "swap_in") for n in expected.swap_in)
         kinds.update((n, "clone") for n in expected.clones)
         kinds.update((n, "gate") for n in getattr(expected, "gates", ()))
         kinds.update((n, "keeper") for n in getattr(expected, "keepers", ()))
-        return kinds, dict(expected.clone_of)
+        return kinds, {c: (o,) for c, o in expected.clone_of.items()}
     if isinstance(expected, str) or not isinstance(expected, Iterable):
         raise InvalidArgumentError(
             "expected must be a RewriteSummary or an iterable of node names, got "
             f"{type(expected).__name__}"
         )
-    # Names only: a clone is known by its name, ``<prefix>/recompute/<r>/<original>``
-    # (rewriting.py), so that a clone fused like its original counts as absorbed.
+    # Names only: a clone is known by its name, ``<original><pad><prefix>/recompute/<r>``
+    # (rewriting.py: ``_ranked``), so that a clone fused like its original counts as
+    # absorbed; the original ends where some run of pad characters starts.
     kinds, clone_of = {}, {}
     for name in expected:
         m = _CLONE_NAME.search(name)
         kinds[name] = "clone" if m else "node"
         if m:
-            clone_of[name] = name[m.end() :]
+            cuts = (i for i in range(1, len(name)) if name[i] in _PAD_CHARS)
+            clone_of[name] = tuple(sorted({name[:i] for i in cuts}, key=len, reverse=True))
     return kinds, clone_of
 
 
 @dataclass(frozen=True)
 class _Found:
-    """Executed NodeDefs of the planned nodes and of the clones' originals, by name."""
+    """Executed NodeDefs of the planned nodes, and of the clones' originals by clone."""
 
     planned: Mapping[str, Any]
     originals: Mapping[str, Any]
 
 
-def _match(graphs: list[Any], kinds: Mapping[str, str], clone_of: Mapping[str, str]) -> _Found:
+def _match(
+    graphs: list[Any], kinds: Mapping[str, str], clone_of: Mapping[str, tuple[str, ...]]
+) -> _Found:
     """Finds the planned nodes, then the clones' originals, in the executed graphs.
 
     A planned node matches an executed node named ``name`` or ``<scope>/name``; the
@@ -299,18 +408,23 @@ def _match(graphs: list[Any], kinds: Mapping[str, str], clone_of: Mapping[str, s
                 if at < 0:
                     break
     originals: dict[str, Any] = {}
-    for original in set(clone_of.values()):
-        for scope in sorted(scopes) or [""]:
-            node = by_name.get(f"{scope}/{original}" if scope else original)
-            if node is not None:
-                originals[original] = node
+    for clone, names in clone_of.items():
+        for original in names:
+            for scope in sorted(scopes) or [""]:
+                node = by_name.get(f"{scope}/{original}" if scope else original)
+                if node is not None:
+                    originals[clone] = node
+                    break
+            if clone in originals:
                 break
     return _Found(found, originals)
 
 
-def _status(name: str, kind: str, found: _Found, clone_of: Mapping[str, str]) -> NodeStatus:
+def _status(
+    name: str, kind: str, found: _Found, clone_of: Mapping[str, tuple[str, ...]]
+) -> NodeStatus:
     node = found.planned.get(name)
-    original = found.originals.get(clone_of.get(name, ""))
+    original = found.originals.get(name)
     if node is None:
         gone_too = name in clone_of and original is None
         return NodeStatus(name, kind, "absorbed" if gone_too else "missing")

@@ -262,13 +262,22 @@ pub fn check_supported(g: &Graph) -> Result<()> {
         if n.flags.has(NodeFlags::CALLS_FUNCTION)
             && matches!(g.phase[v], Phase::Forward | Phase::Backward)
         {
+            let op = g.op_name(v as u32);
+            let reason = if crate::opkind::is_function_call(op) {
+                format!(
+                    "a function call in the {} pass that was not inlined: its body's memory is not visible to the planner. Calls are inlined from the GraphDef's library except those marked _noinline, compiled by XLA (jit_compile=True), recursive, or whose function the library lacks (docs/control-flow.md); drop that mark, or export the graph with its library",
+                    g.phase[v].name()
+                )
+            } else {
+                format!(
+                    "control flow in the {} pass: its body's memory is not visible to the planner (docs/control-flow.md); use Python control flow on static values, or unroll the loop",
+                    g.phase[v].name()
+                )
+            };
             return Err(PlanError::Unsupported {
                 node: n.name.to_string(),
-                op: g.op_name(v as u32).to_string(),
-                reason: format!(
-                    "control flow or a function call in the {} pass: its body's memory is not visible to the planner; trace the step with the nested function inlined (hybridplan.trace does this) or move it out of the step",
-                    g.phase[v].name()
-                ),
+                op: op.to_string(),
+                reason,
             });
         }
     }

@@ -249,7 +249,9 @@ pub(crate) fn parse_input(s: &str) -> Result<InputRef<'_>> {
 ///
 /// # Errors
 /// [`PlanError::InvalidGraph`] for no nodes, duplicate names, inputs naming
-/// a missing node or output, negative dimensions, sizes past 2^64 bytes;
+/// a missing node or output, negative dimensions, sizes past 2^64 bytes,
+/// tensors totalling 2^63 bytes or more, a variable op whose handle input is
+/// not a resource;
 /// [`PlanError::UnknownShape`] for a tensor whose dtype or shape is not
 /// known (handles excepted). Cycles are found by the schedule.
 ///
@@ -289,7 +291,7 @@ pub(crate) fn finish(
     lookup: impl Fn(&Graph, &str) -> Option<u32>,
 ) -> Result<()> {
     add_consumers(g);
-    let variables = set_flags_and_aliases(g);
+    let variables = set_flags_and_aliases(g)?;
     crate::phase::classify(g, opts.loss.as_deref(), &lookup)?;
     crate::untimed::mark(g);
     g.persistent_bytes = match opts.persistent_bytes {
@@ -307,6 +309,33 @@ pub(crate) fn finish(
         overrides.push((v, *bytes));
     }
     g.workspace = crate::workspace::table(g, opts.workspace, &overrides);
+    check_total_bytes(g)?;
+    Ok(())
+}
+
+/// Refuses a graph whose tensors, persistent bytes and largest per-op
+/// scratch together pass 2^63 bytes. Each size fits 64 bits (checked as it
+/// is read), but a peak is a sum of them, and a plan's peak at most twice
+/// the graph's tensors plus the variables and one op's scratch (a clone or
+/// swap-in holds a second copy of one original): below 2^63 no peak of
+/// any plan can pass 2^64, so no timeline saturates and a budget of
+/// `u64::MAX` never "fits" an impossible step.
+///
+/// # Complexity
+/// O(T).
+fn check_total_bytes(g: &Graph) -> Result<()> {
+    let tensors: u128 = g.tensors.iter().map(|t| u128::from(t.value_bytes)).sum();
+    let scratch = u128::from(g.workspace.iter().copied().max().unwrap_or(0));
+    let total = tensors + u128::from(g.persistent_bytes) + scratch;
+    if total >= 1u128 << 63 {
+        return Err(PlanError::InvalidGraph(format!(
+            "the step's tensors ({tensors} bytes), variables ({} bytes) and largest kernel \
+             scratch ({scratch} bytes) total {total} bytes, past the 2^63 bytes a peak can be \
+             counted in: check the shapes in the GraphDef (a dimension read wrongly?) and the \
+             workspace profile, or trace with a smaller batch",
+            g.persistent_bytes
+        )));
+    }
     Ok(())
 }
 
@@ -583,22 +612,31 @@ fn invert(
 
 /// Variable, write, no-recompute flags and buffer aliases, from op kinds and
 /// the dtypes of inputs. Returns the variables, in node order.
-fn set_flags_and_aliases(g: &mut Graph) -> Vec<u32> {
+fn set_flags_and_aliases(g: &mut Graph) -> Result<Vec<u32>> {
     // Facts of each distinct op type, decided once: (never recompute, is a
-    // variable read, aliased input slot).
-    let facts: Vec<(bool, bool, Option<usize>)> = g
+    // variable read, aliased input slot, input 0 must be a handle).
+    let facts: Vec<(bool, bool, Option<usize>, bool)> = g
         .ops
         .iter()
         .map(|op| {
             let read = opkind::reads_variable(op, true);
-            (opkind::never_recompute(op), read, opkind::aliased_input(op))
+            let handle = opkind::takes_handle(op);
+            (
+                opkind::never_recompute(op),
+                read,
+                opkind::aliased_input(op),
+                handle,
+            )
         })
         .collect();
     // The dtypes, compact: the inputs of a node are read at random.
     let dtypes: Vec<DType> = g.tensors.iter().map(|t| t.dtype).collect();
     let mut variables = Vec::new();
     for n in 0..g.nodes.len() {
-        let (never, is_read, alias) = facts[g.nodes[n].op as usize];
+        let (never, is_read, alias, handle) = facts[g.nodes[n].op as usize];
+        if handle {
+            check_handle_input(g, n as u32, &dtypes)?;
+        }
         let outs = g.outputs(n as u32);
         let reads_handle = g
             .inputs(n as u32)
@@ -639,7 +677,30 @@ fn set_flags_and_aliases(g: &mut Graph) -> Vec<u32> {
             }
         }
     }
-    variables
+    Ok(variables)
+}
+
+/// Refuses a resource-variable op whose input 0 is not a `DT_RESOURCE`
+/// tensor: planned as data, its reads could be cloned past the variable's
+/// update and its writes would not order the step.
+fn check_handle_input(g: &Graph, n: u32, dtypes: &[DType]) -> Result<()> {
+    let op = &g.ops[g.nodes[n as usize].op as usize];
+    match g.inputs(n).first() {
+        Some(&t) if dtypes[t as usize] == DType::RESOURCE => Ok(()),
+        Some(&t) => Err(PlanError::InvalidGraph(format!(
+            "node '{}' (op {op}) takes a variable handle at input 0, but '{}' is {}, not \
+             resource: the GraphDef was edited or corrupted; export the step again from \
+             TensorFlow (tf.function ... get_concrete_function().graph.as_graph_def())",
+            g.node_name(n),
+            g.tensor_name(t),
+            dtypes[t as usize].name(),
+        ))),
+        None => Err(PlanError::InvalidGraph(format!(
+            "node '{}' (op {op}) takes a variable handle at input 0 but has no data input: \
+             the GraphDef was edited or corrupted; export the step again from TensorFlow",
+            g.node_name(n),
+        ))),
+    }
 }
 
 /// Persistent bytes read from the graph: for every variable handle (the

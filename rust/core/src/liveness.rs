@@ -310,7 +310,10 @@ mod tests {
     use crate::dtype::DType;
     use crate::graphdef::Shape;
 
-    fn timelines(dims: Vec<i64>) -> (Vec<u64>, Vec<u64>) {
+    /// The narrow and wide timelines of a -> b -> c (c reads a and b), each
+    /// output a float tensor of `dims`, or of `bytes` each when given (set
+    /// after the build, which refuses a step of 2^63 bytes or more).
+    fn timelines(dims: Vec<i64>, bytes: Option<u64>) -> (Vec<u64>, Vec<u64>) {
         let out = || {
             vec![OutSpec {
                 dtype: Some(DType::FLOAT),
@@ -330,7 +333,13 @@ mod tests {
             node("b", vec!["a"]),
             node("c", vec!["a", "b"]),
         ];
-        let g = build(&specs, &BuildOptions::default()).unwrap();
+        let mut g = build(&specs, &BuildOptions::default()).unwrap();
+        if let Some(b) = bytes {
+            for t in &mut g.tensors {
+                t.bytes = b;
+                t.value_bytes = b;
+            }
+        }
         let s = crate::schedule::schedule(&g).unwrap();
         let l = liveness(&g, &s);
         let n = s.order.len();
@@ -349,11 +358,11 @@ mod tests {
 
     #[test]
     fn narrow_and_wide_sums_agree() {
-        let (narrow, wide) = timelines(vec![3, 5]);
+        let (narrow, wide) = timelines(vec![3, 5], None);
         assert_eq!(narrow, wide);
         assert_eq!(narrow, vec![60, 120, 180]);
-        // 2^61 floats: 2^63 bytes each, past i64, and sums past u64 (clamped).
-        let (huge, wide) = timelines(vec![1 << 61]);
+        // 2^63 bytes each, past i64, and sums past u64 (clamped).
+        let (huge, wide) = timelines(vec![3, 5], Some(1 << 63));
         assert_eq!(huge, wide);
         assert_eq!(huge[2], u64::MAX);
     }

@@ -33,6 +33,14 @@ pub fn is_control_flow(op: &str) -> bool {
     )
 }
 
+/// Ops that call one function of the GraphDef's library with their inputs and return
+/// its outputs. hybridplan's Python layer inlines them before planning
+/// (`python/hybridplan/inlining.py`, which names the same ops), as TensorFlow does
+/// before it runs a step; one left in the graph was not inlinable there.
+pub fn is_function_call(op: &str) -> bool {
+    matches!(op, "PartitionedCall" | "StatefulPartitionedCall")
+}
+
 /// Ops that must never be recomputed: random (stateful RNG), side effects,
 /// collectives, I/O, and sources. Ops that take a resource handle (variable
 /// reads and writes, iterators) are excluded separately by the builder.
@@ -84,6 +92,25 @@ pub fn never_recompute(op: &str) -> bool {
                 | "Unique"
                 | "XlaLaunch"
                 | "_XlaRun"
+        )
+}
+
+/// True if the op's input 0 is a resource handle by the op's definition: the
+/// resource-variable ops (reads, assignments, `ResourceApply*` updates,
+/// `ResourceGather`/`ResourceScatter*`, `VariableShape`...). A graph in which
+/// such an input is not `DT_RESOURCE` was edited by hand or corrupted; the
+/// builder refuses it (planning it as data would clone reads and miss writes).
+pub fn takes_handle(op: &str) -> bool {
+    op.starts_with("Resource")
+        || matches!(
+            op,
+            "ReadVariableOp"
+                | "AssignVariableOp"
+                | "AssignAddVariableOp"
+                | "AssignSubVariableOp"
+                | "VarIsInitializedOp"
+                | "VariableShape"
+                | "DestroyResourceOp"
         )
 }
 

@@ -18,6 +18,7 @@ use hybridplan_core::graph::{Graph, NodeFlags, NONE};
 use hybridplan_core::graphdef::Shape;
 use hybridplan_core::inplace;
 use hybridplan_core::liveness::{liveness, Liveness};
+use hybridplan_core::opkind;
 use hybridplan_core::schedule::{schedule, Schedule};
 use hybridplan_core::synth::{self, SynthKind, SynthSpec};
 use hybridplan_core::{analyze, analyze_graph, PlanError};
@@ -117,6 +118,7 @@ impl Dag {
                     .collect(),
             );
             let mut inputs = Vec::new();
+            let mut first_dtype = None;
             if i > 0 {
                 for &(a, k) in &d.ins {
                     let j = a % i;
@@ -125,6 +127,7 @@ impl Dag {
                         continue;
                     }
                     let k = k % m;
+                    first_dtype = first_dtype.or(dag.outs[j][k].dtype);
                     inputs.push(if k == 0 && a % 2 == 0 {
                         format!("n{j}")
                     } else {
@@ -132,6 +135,11 @@ impl Dag {
                     });
                 }
                 inputs.extend(d.ctl.iter().map(|c| format!("^n{}", c % i)));
+            }
+            // A variable op reads a handle at input 0 (the builder refuses
+            // anything else); drawn without one, it reads as an Identity.
+            if opkind::takes_handle(dag.ops[i]) && first_dtype != Some(DType::RESOURCE) {
+                dag.ops[i] = "Identity";
             }
             dag.inputs.push(inputs);
         }
