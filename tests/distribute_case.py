@@ -67,8 +67,14 @@ def _digest(arrays) -> str:
 
 def _activation_budgets(dt, fractions):
     """Per replica: (budget incl. persistent bytes, activation budget, analysed peak).
-    The fraction is of the tensors; the largest kernel scratch (which no plan removes,
-    docs/devices.md) is added to the budget and is in the analysed peak."""
+
+    The budget is the largest kernel scratch (no plan removes it, docs/devices.md) plus
+    ``fraction`` of the rest of the analysed activation peak: below the unplanned peak
+    under either CPU backend, so every replica's plan must move or recompute tensors.
+    With oneDNN's kernels (no scratch) that is the fraction of the tensors' peak; with
+    TensorFlow's own (a 27 MB im2col buffer in each ``Conv2DBackpropFilter`` here, far
+    above these tensors) the peak is at such an op, and the plan must shrink the
+    tensors live there."""
     import hybridplan
     from hybridplan import distributed
 
@@ -78,8 +84,8 @@ def _activation_budgets(dt, fractions):
         members = [i for i, d in enumerate(devices) if distributed._same_device(d, dev)]
         sub = distributed.replica_subgraph(dt.traced.graph_def, members)
         a = hybridplan.analyze(sub.SerializeToString(), loss=dt.losses[r])
-        tensors = a.tensor_peak_bytes - a.persistent_bytes
-        act = int(tensors * fractions[r]) + a.workspace_peak_bytes
+        scratch = a.workspace_peak_bytes
+        act = scratch + int((a.activation_peak_bytes - scratch) * fractions[r])
         out.append((a.persistent_bytes + act, act, a.activation_peak_bytes))
     return out
 

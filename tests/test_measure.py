@@ -337,10 +337,35 @@ def test_workspace_rule_is_the_running_tensorflows():
     setting = os.environ.get("TF_ENABLE_ONEDNN_OPTS")
     if setting in ("0", "1"):
         assert rule.startswith("cpu-onednn" if setting == "1" else "cpu-eigen:"), rule
-    assert workspace_rule("auto", "cpu") == rule
-    assert workspace_rule(None, "cpu") == "none"
+    assert workspace_rule("auto", hybridplan.device_model("cpu")) == rule
+    assert workspace_rule("auto") == rule  # an analysis: compared with CPU measurements
+    assert workspace_rule(None, hybridplan.device_model("cpu")) == "none"
     with pytest.raises(hybridplan.InvalidArgumentError, match="workspace rule"):
         hybridplan.analyze(hybridplan.synthetic_graphdef(200), workspace="tpu")
+
+
+def test_auto_workspace_follows_the_device_models_kernels_not_its_name(monkeypatch):
+    """A model made from the ``cpu`` preset under another name (a slower link, as
+    tests/distribute_case.py gives one replica) still runs TensorFlow's CPU kernels: its
+    plan counts their scratch. Before the ``kernels`` field, ``auto`` went by the name
+    and planned such a model without scratch."""
+    from hybridplan._backend import cpu_workspace_rule
+
+    monkeypatch.delenv("TF_CUDNN_WORKSPACE_LIMIT_IN_MB", raising=False)
+    g = hybridplan.synthetic_graphdef(200)
+    slow = hybridplan.device_model("cpu", name="slow-link", h2d_bandwidth=2e8)
+    assert slow["kernels"] == "cpu"
+    budget = "100GiB"
+    assert hybridplan.plan(g, budget, device=slow).report["workspace"] == cpu_workspace_rule()
+    assert hybridplan.plan(g, budget, device="a100-pcie4").report["workspace"] == "none"
+    monkeypatch.setenv("TF_CUDNN_WORKSPACE_LIMIT_IN_MB", "256")
+    assert hybridplan.plan(g, budget, device="a100-pcie4").report["workspace"] == "gpu-cudnn:256"
+    own = hybridplan.device_model("a100-pcie4", kernels="gpu-cudnn:64")
+    assert hybridplan.plan(g, budget, device=own).report["workspace"] == "gpu-cudnn:64"
+    unnamed = {k: v for k, v in hybridplan.device_model("cpu").items() if k != "kernels"}
+    assert hybridplan.plan(g, budget, device=unnamed).report["workspace"] == "gpu-cudnn:256"
+    with pytest.raises(hybridplan.InvalidArgumentError, match="kernels"):
+        hybridplan.plan(g, budget, device=hybridplan.device_model("cpu", kernels="tpu"))
 
 
 def test_measured_scratch_is_the_modelled_scratch():

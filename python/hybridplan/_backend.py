@@ -10,7 +10,6 @@ from ``TF_CUDNN_WORKSPACE_LIMIT_IN_MB`` (docs/devices.md, "Kernel workspace").
 from __future__ import annotations
 
 import os
-from typing import Any
 
 from .errors import InvalidArgumentError
 
@@ -60,15 +59,18 @@ def cpu_workspace_rule() -> str:
     return f"cpu-eigen:{intra_op_threads()}" + (f":{l3}" if l3 else "")
 
 
-def workspace_rule(workspace: str | None, device: Any = None) -> str:
-    """Resolves ``workspace`` (``"auto"``, None or a rule) for ``device``.
+def workspace_rule(workspace: str | None, device: dict | None = None) -> str:
+    """Resolves ``workspace`` (``"auto"``, None or a rule) for ``device`` (a device
+    model as a dict, as :func:`hybridplan.device_model` returns it).
 
-    ``"auto"``: the ``cpu`` preset (or no device: an analysis, compared with CPU
-    measurements) gets :func:`cpu_workspace_rule`; any other device gets
-    ``"gpu-cudnn:MIB"`` when ``TF_CUDNN_WORKSPACE_LIMIT_IN_MB`` is set, else ``"none"``
-    (TensorFlow's cuDNN autotuner then takes its scratch, up to 4 GiB per convolution,
-    from memory outside the budget, falling back to other algorithms when it is short).
-    None means ``"none"``.
+    ``"auto"`` follows the device model's ``kernels`` field: ``"cpu"`` (the ``cpu``
+    preset and every model made from it; also no device at all: an analysis, compared
+    with CPU measurements) gets :func:`cpu_workspace_rule`; ``"gpu"`` (the GPU presets,
+    and a model that does not say) gets ``"gpu-cudnn:MIB"`` when
+    ``TF_CUDNN_WORKSPACE_LIMIT_IN_MB`` is set, else ``"none"`` (TensorFlow's cuDNN
+    autotuner then takes its scratch, up to 4 GiB per convolution, from memory outside
+    the budget, falling back to other algorithms when it is short); any other value is a
+    rule by name. None means ``"none"``.
     """
     if workspace is None:
         return "none"
@@ -79,8 +81,10 @@ def workspace_rule(workspace: str | None, device: Any = None) -> str:
         )
     if workspace != "auto":
         return workspace
-    name = device.get("name") if isinstance(device, dict) else device
-    if device is None or name == "cpu":
+    kernels = "cpu" if device is None else device.get("kernels", "gpu")
+    if kernels == "cpu":
         return cpu_workspace_rule()
-    limit = os.environ.get("TF_CUDNN_WORKSPACE_LIMIT_IN_MB", "").strip()
-    return f"gpu-cudnn:{limit}" if limit else "none"
+    if kernels == "gpu":
+        limit = os.environ.get("TF_CUDNN_WORKSPACE_LIMIT_IN_MB", "").strip()
+        return f"gpu-cudnn:{limit}" if limit else "none"
+    return str(kernels)

@@ -363,8 +363,9 @@ def plan(
             default model too, whose memory is never higher); pass True to
             compare other strategies with it on equal terms.
         workspace: the kernels' scratch rule, held by each op while it runs and
-            counted against the budget: ``"auto"`` (for the ``cpu`` device the CPU
-            kernels of the running TensorFlow, oneDNN on or off; for a GPU
+            counted against the budget: ``"auto"`` (as the device model's ``kernels``
+            field says: for ``"cpu"``, the ``cpu`` preset and models made from it, the CPU
+            kernels of the running TensorFlow, oneDNN on or off; for ``"gpu"``
             ``"gpu-cudnn:MIB"`` when ``TF_CUDNN_WORKSPACE_LIMIT_IN_MB`` is set, else
             ``"none"``), ``"none"``, ``"cpu-eigen:THREADS"``, ``"cpu-onednn"`` or
             ``"gpu-cudnn:MIB"`` (docs/devices.md). ``"optimal"`` models none.
@@ -402,7 +403,7 @@ def plan(
     nbytes = _budget(budget, dev)
     min_bytes = parse_bytes(min_bytes, "min_bytes") if min_bytes else 0
     data, traced_loss = graph_bytes(graph)
-    rule = workspace_rule(workspace, device)
+    rule = workspace_rule(workspace, dev)
     core = _core.plan(
         data,
         nbytes,
