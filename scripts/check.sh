@@ -27,7 +27,8 @@ step "pytest"
 # The tests that compare measured memory with the model, again with TensorFlow's own
 # CPU kernels (oneDNN off: what an AVX2-only CPU runs) and with oneDNN's, each in a
 # process of its own: the kernels' scratch differs (docs/devices.md, "Kernel workspace").
-MEMORY_TESTS=(tests/test_trial.py tests/test_measure.py tests/test_distribute.py tests/test_remat.py)
+MEMORY_TESTS=(tests/test_trial.py tests/test_measure.py tests/test_distribute.py tests/test_remat.py
+    tests/test_mixed_precision.py)
 if [ "$#" -eq 0 ]; then
     for onednn in 0 1; do
         step "pytest, memory-measuring tests, TF_ENABLE_ONEDNN_OPTS=$onednn"

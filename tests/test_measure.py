@@ -344,6 +344,21 @@ def test_workspace_rule_is_the_running_tensorflows():
         hybridplan.analyze(hybridplan.synthetic_graphdef(200), workspace="tpu")
 
 
+def test_onednn_leaves_the_types_this_cpu_lacks_to_tensorflows_kernels():
+    """TensorFlow's ``IsDataTypeSupportedByOneDNNOnThisCPU`` from the CPU's flags: an
+    AVX2-only CPU runs bfloat16 and float16 ops in TensorFlow's own kernels, an AVX-512
+    one without AVX512-FP16 only float16 ones, a Sapphire Rapids neither."""
+    from hybridplan._backend import onednn_own_kernel_types
+
+    assert onednn_own_kernel_types({"avx2", "fma"}) == ["bfloat16", "half"]
+    assert onednn_own_kernel_types({"avx512f", "avx512bw", "avx512_bf16"}) == ["half"]
+    assert onednn_own_kernel_types({"avx512f", "avx512bw", "avx512_fp16"}) == []
+    assert onednn_own_kernel_types({"avx2", "avx_ne_convert"}) == []
+    g = hybridplan.synthetic_graphdef(200)
+    for spec in ("cpu-onednn:2:33554432:half", "cpu-onednn:2:33554432:bfloat16,half"):
+        assert hybridplan.analyze(g, workspace=spec).peak_bytes > 0
+
+
 def test_auto_workspace_follows_the_device_models_kernels_not_its_name(monkeypatch):
     """A model made from the ``cpu`` preset under another name (a slower link, as
     tests/distribute_case.py gives one replica) still runs TensorFlow's CPU kernels: its

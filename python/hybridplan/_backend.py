@@ -2,7 +2,8 @@
 
 The core sizes each op's kernel scratch by a rule named for the backend that runs it
 (``rust/core/src/workspace.rs``): ``"cpu-eigen:THREADS"`` (TensorFlow's own CPU kernels:
-oneDNN off), ``"cpu-onednn"``, ``"gpu-cudnn:MIB"`` or ``"none"``. :func:`workspace_rule`
+oneDNN off), ``"cpu-onednn"`` (with the float types oneDNN does not run on this CPU,
+whose ops keep TensorFlow's own kernels), ``"gpu-cudnn:MIB"`` or ``"none"``. :func:`workspace_rule`
 picks it: for the ``cpu`` device (CPU emulation) from the running TensorFlow, for a GPU
 from ``TF_CUDNN_WORKSPACE_LIMIT_IN_MB`` (docs/devices.md, "Kernel workspace").
 """
@@ -13,7 +14,15 @@ import os
 
 from .errors import InvalidArgumentError
 
-__all__ = ["cpu_workspace_rule", "onednn_enabled", "workspace_rule"]
+#: The L3 size the core assumes when none is known (``workspace::DEFAULT_L3``).
+DEFAULT_L3 = 32 << 20
+
+__all__ = [
+    "cpu_workspace_rule",
+    "onednn_enabled",
+    "onednn_own_kernel_types",
+    "workspace_rule",
+]
 
 
 def onednn_enabled() -> bool:
@@ -50,12 +59,45 @@ def l3_cache_bytes() -> int | None:
     return int(digits) * scale if digits.isdigit() else None
 
 
+def cpu_flags() -> set[str] | None:
+    """The CPU's feature flags as Linux reports them (``flags`` of ``/proc/cpuinfo``,
+    the ``cpuid`` bits TensorFlow's ``TestCPUFeature`` reads), or None."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("flags"):
+                    return set(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return None
+
+
+def onednn_own_kernel_types(flags: set[str] | None = None) -> list[str]:
+    """The float types oneDNN does not run on this CPU, whose ops TensorFlow leaves to
+    its own kernels with oneDNN on: TensorFlow's ``IsDataTypeSupportedByOneDNNOnThisCPU``
+    (tensorflow/core/util/util.cc, oneDNN v3): ``bfloat16`` needs AVX512F or
+    AVX-NE-CONVERT, ``half`` AVX512BW with AVX512-FP16 or AMX-FP16, or AVX-NE-CONVERT.
+    ``float32`` always runs in oneDNN. Without the flags: none (oneDNN runs every type)."""
+    flags = cpu_flags() if flags is None else flags
+    if flags is None:
+        return []
+    ne_convert = "avx_ne_convert" in flags
+    bf16 = "avx512f" in flags or ne_convert
+    f16 = ("avx512bw" in flags and bool({"avx512_fp16", "amx_fp16"} & flags)) or ne_convert
+    return [t for t, ok in (("bfloat16", bf16), ("half", f16)) if not ok]
+
+
 def cpu_workspace_rule() -> str:
-    """The rule of the CPU kernels this TensorFlow runs: ``"cpu-onednn"`` or
-    ``"cpu-eigen:THREADS[:L3_BYTES]"``."""
-    if onednn_enabled():
-        return "cpu-onednn"
+    """The rule of the CPU kernels this TensorFlow runs: ``"cpu-eigen:THREADS[:L3_BYTES]"``
+    with oneDNN off; with it on ``"cpu-onednn"``, or ``"cpu-onednn:THREADS:L3:TYPES"``
+    when some float types run TensorFlow's own kernels here
+    (:func:`onednn_own_kernel_types`)."""
     l3 = l3_cache_bytes()
+    if onednn_enabled():
+        own = onednn_own_kernel_types()
+        if not own:
+            return "cpu-onednn"
+        return f"cpu-onednn:{intra_op_threads()}:{l3 or DEFAULT_L3}:{','.join(own)}"
     return f"cpu-eigen:{intra_op_threads()}" + (f":{l3}" if l3 else "")
 
 

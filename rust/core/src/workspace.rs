@@ -12,6 +12,7 @@
 //! | `cpu-eigen` | `Conv2DBackpropInput(V2)` | `A · T` when the batch is 1 or `(A + B + C) / threads ≥ 256 KiB / T` (parallel contraction, one image at a time), else as `BackpropFilter` | `Conv2DCustomBackpropInputOp` (conv_grad_input_ops.h); `threads` is the Session's intra-op thread count |
 //! | `cpu-eigen` | `Conv3DBackpropInput(V2)` | `shard · out_dhw · k_d·k_h·k_w·c_in · T`, `shard` 1 for a batch of 1, else `ceil(L3 / T / (A + B + C))`; 0 when that exceeds 25x the elements of input, filter and `out_backprop` | `Conv3DCustomBackpropInputOp` (conv_grad_ops_3d.cc), L3 = Eigen's `CacheSizes().m_l3` |
 //! | `cpu-onednn` | every op | 0 | measured: oneDNN kernels' scratch is a few KiB (`docs/devices.md`) |
+//! | `cpu-onednn:THREADS:L3:DTYPES` | ops of `DTYPES` (`bfloat16`, `half`) | as `cpu-eigen:THREADS:L3` | TensorFlow rewrites an op to oneDNN's only when its type is one oneDNN runs on this CPU (`IsDataTypeSupportedByOneDNNOnThisCPU`, tensorflow/core/util/util.cc: `bfloat16` needs AVX512F or AVX-NE-CONVERT, `half` AVX512BW with AVX512-FP16 or AMX-FP16, or AVX-NE-CONVERT); the others run TensorFlow's own kernels, im2col scratch included |
 //! | `gpu-cudnn` | convolutions and their gradients | `limit_bytes` each | cuDNN's workspace: TensorFlow's autotuner may give a convolution up to `TF_CUDNN_WORKSPACE_LIMIT_IN_MB` (default 4096 MiB) of scratch |
 //! | `none` | every op | 0 | |
 //!
@@ -27,6 +28,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::dtype::DType;
 use crate::error::{PlanError, Result};
 use crate::graph::Graph;
 
@@ -39,15 +41,26 @@ pub enum WorkspaceRule {
     /// TensorFlow's own CPU kernels (Eigen and its im2col convolution
     /// gradients): a CPU with oneDNN off. `threads`: the intra-op threads.
     CpuEigen { threads: u32, l3_bytes: u64 },
-    /// oneDNN's CPU kernels (`TF_ENABLE_ONEDNN_OPTS=1`).
-    CpuOnednn,
+    /// oneDNN's CPU kernels (`TF_ENABLE_ONEDNN_OPTS=1`), except for ops of
+    /// the types oneDNN does not run on this CPU (`own_bf16`, `own_f16`),
+    /// which run TensorFlow's own kernels with `threads` and `l3_bytes` as
+    /// in [`WorkspaceRule::CpuEigen`].
+    CpuOnednn {
+        threads: u32,
+        l3_bytes: u64,
+        own_bf16: bool,
+        own_f16: bool,
+    },
     /// cuDNN convolutions with `TF_CUDNN_WORKSPACE_LIMIT_IN_MB` of scratch.
     GpuCudnn { limit_bytes: u64 },
 }
 
 impl WorkspaceRule {
     /// Parses `none`, `cpu-eigen:THREADS[:L3_BYTES]` (the L3 cache Eigen sees,
-    /// [`DEFAULT_L3`] when not given), `cpu-onednn`, `gpu-cudnn:MIB`.
+    /// [`DEFAULT_L3`] when not given), `cpu-onednn` (oneDNN runs every op),
+    /// `cpu-onednn:THREADS:L3_BYTES:DTYPES` (`DTYPES`: `bfloat16`, `half` or
+    /// both, comma-separated: the types oneDNN does not run on this CPU),
+    /// `gpu-cudnn:MIB`.
     ///
     /// # Errors
     /// [`PlanError::InvalidArgument`] naming the forms accepted.
@@ -69,7 +82,31 @@ impl WorkspaceRule {
         let num = |a: Option<&str>| a.and_then(|a| a.trim().parse::<u64>().ok());
         let rule = match (name.trim(), arg) {
             ("none", None) => Some(WorkspaceRule::None),
-            ("cpu-onednn", None) => Some(WorkspaceRule::CpuOnednn),
+            ("cpu-onednn", None) => Some(WorkspaceRule::ONEDNN),
+            ("cpu-onednn", Some(a)) => {
+                let mut parts = a.splitn(3, ':');
+                let (t, l3, types) = (
+                    num(parts.next()),
+                    num(parts.next()),
+                    parts.next().unwrap_or(""),
+                );
+                let (mut own_bf16, mut own_f16, mut ok) = (false, false, !types.is_empty());
+                for ty in types.split(',') {
+                    match ty.trim() {
+                        "bfloat16" => own_bf16 = true,
+                        "half" => own_f16 = true,
+                        _ => ok = false,
+                    }
+                }
+                t.filter(|&t| ok && (1..=u64::from(u32::MAX)).contains(&t))
+                    .zip(l3.filter(|&b| b > 0))
+                    .map(|(t, l3_bytes)| WorkspaceRule::CpuOnednn {
+                        threads: t as u32,
+                        l3_bytes,
+                        own_bf16,
+                        own_f16,
+                    })
+            }
             ("cpu-eigen", Some(a)) => {
                 let (t, l3) = match a.split_once(':') {
                     Some((t, l3)) => (num(Some(t)), num(Some(l3))),
@@ -89,7 +126,7 @@ impl WorkspaceRule {
         };
         rule.ok_or_else(|| {
             PlanError::InvalidArgument(format!(
-                "unknown workspace rule '{s}': give 'none', 'cpu-eigen:THREADS' (TensorFlow's own CPU kernels, oneDNN off; THREADS = intra-op threads >= 1), 'cpu-onednn' or 'gpu-cudnn:MIB' (TF_CUDNN_WORKSPACE_LIMIT_IN_MB)"
+                "unknown workspace rule '{s}': give 'none', 'cpu-eigen:THREADS' (TensorFlow's own CPU kernels, oneDNN off; THREADS = intra-op threads >= 1), 'cpu-onednn', 'cpu-onednn:THREADS:L3_BYTES:bfloat16,half' (the types oneDNN does not run on this CPU) or 'gpu-cudnn:MIB' (TF_CUDNN_WORKSPACE_LIMIT_IN_MB)"
             ))
         })
     }
@@ -101,17 +138,61 @@ impl WorkspaceRule {
             WorkspaceRule::CpuEigen { threads, l3_bytes } => {
                 format!("cpu-eigen:{threads}:{l3_bytes}")
             }
-            WorkspaceRule::CpuOnednn => "cpu-onednn".into(),
+            WorkspaceRule::CpuOnednn {
+                threads,
+                l3_bytes,
+                own_bf16,
+                own_f16,
+            } => {
+                let types: Vec<&str> = [(*own_bf16, "bfloat16"), (*own_f16, "half")]
+                    .into_iter()
+                    .filter_map(|(own, t)| own.then_some(t))
+                    .collect();
+                if types.is_empty() {
+                    "cpu-onednn".into()
+                } else {
+                    format!("cpu-onednn:{threads}:{l3_bytes}:{}", types.join(","))
+                }
+            }
             WorkspaceRule::GpuCudnn { limit_bytes } => format!("gpu-cudnn:{}", limit_bytes >> 20),
         }
     }
+}
+
+impl WorkspaceRule {
+    /// oneDNN runs every op: no scratch anywhere.
+    pub const ONEDNN: WorkspaceRule = WorkspaceRule::CpuOnednn {
+        threads: 1,
+        l3_bytes: DEFAULT_L3,
+        own_bf16: false,
+        own_f16: false,
+    };
 }
 
 /// Scratch bytes of node `v` under `rule` (see the module table).
 pub fn op_workspace(g: &Graph, v: u32, rule: WorkspaceRule) -> u64 {
     let op = g.op_name(v);
     match rule {
-        WorkspaceRule::None | WorkspaceRule::CpuOnednn => 0,
+        WorkspaceRule::None => 0,
+        WorkspaceRule::CpuOnednn {
+            threads,
+            l3_bytes,
+            own_bf16,
+            own_f16,
+        } => {
+            // The op's type: that of its first output (`T` of the ops with scratch).
+            let dtype = g.outputs(v).next().map(|t| g.tensors[t as usize].dtype);
+            let own = match dtype {
+                Some(DType::BFLOAT16) => own_bf16,
+                Some(DType::HALF) => own_f16,
+                _ => false,
+            };
+            if own {
+                op_workspace(g, v, WorkspaceRule::CpuEigen { threads, l3_bytes })
+            } else {
+                0
+            }
+        }
         WorkspaceRule::GpuCudnn { limit_bytes } => {
             if crate::opkind::is_convolution(op) {
                 limit_bytes
@@ -357,7 +438,7 @@ mod tests {
         );
         assert!(plain.workspace.is_empty());
         let onednn = BuildOptions {
-            workspace: WorkspaceRule::CpuOnednn,
+            workspace: WorkspaceRule::ONEDNN,
             ..BuildOptions::default()
         };
         let g1 = conv_grads([8, 32, 32, 16], 3, 16, DType::FLOAT, &onednn);
@@ -394,12 +475,23 @@ mod tests {
         for s in [
             "none",
             "cpu-onednn",
+            "cpu-onednn:2:1048576:half",
+            "cpu-onednn:2:1048576:bfloat16,half",
             "cpu-eigen:4:1048576",
             "gpu-cudnn:4096",
         ] {
             assert_eq!(WorkspaceRule::parse(s).unwrap().name(), s);
         }
-        for bad in ["", "cpu-eigen", "cpu-eigen:0", "gpu-cudnn:x", "tpu"] {
+        for bad in [
+            "",
+            "cpu-eigen",
+            "cpu-eigen:0",
+            "cpu-onednn:2:1048576",
+            "cpu-onednn:2:1048576:float",
+            "cpu-onednn:0:1048576:half",
+            "gpu-cudnn:x",
+            "tpu",
+        ] {
             assert!(WorkspaceRule::parse(bad).is_err(), "{bad}");
         }
         let g = conv_grads(
@@ -417,5 +509,39 @@ mod tests {
         );
         let ws: Vec<u64> = g.workspace.clone();
         assert_eq!(ws, vec![0, 0, 0, 0, 7, 1 << 20, 1 << 20]);
+    }
+
+    /// With oneDNN on, an op of a type oneDNN does not run on this CPU runs
+    /// TensorFlow's own kernel and holds its scratch: measured with
+    /// TensorFlow 2.21, `TF_ENABLE_ONEDNN_OPTS=1`, on an AVX-512 CPU without
+    /// AVX512-FP16 (a Keras CNN under `mixed_float16`, 64 channels at 32x32,
+    /// batch 8: 27,131,904 bytes, the oneDNN-off rule's figure); a type it
+    /// runs holds none.
+    #[test]
+    fn onednn_leaves_the_types_it_does_not_run_to_tensorflows_kernels() {
+        let rule = |own_bf16, own_f16| BuildOptions {
+            workspace: WorkspaceRule::CpuOnednn {
+                threads: 2,
+                l3_bytes: DEFAULT_L3,
+                own_bf16,
+                own_f16,
+            },
+            ..BuildOptions::default()
+        };
+        let x = [8, 32, 32, 64];
+        for (dt, own_bf16, own_f16, expect) in [
+            (DType::HALF, false, true, true),
+            (DType::HALF, true, false, false),
+            (DType::BFLOAT16, true, false, true),
+            (DType::BFLOAT16, false, true, false),
+            (DType::FLOAT, true, true, false),
+        ] {
+            let g = conv_grads(x, 3, 64, dt, &rule(own_bf16, own_f16));
+            let e = conv_grads(x, 3, 64, dt, &eigen(2));
+            let want = if expect { e.workspace.clone() } else { vec![] };
+            assert_eq!(g.workspace, want, "{dt:?} {own_bf16} {own_f16}");
+        }
+        let g = conv_grads(x, 3, 64, DType::HALF, &rule(false, true));
+        assert_eq!(g.workspace.iter().max(), Some(&27_131_904));
     }
 }
