@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -9,6 +10,7 @@ import numpy as np
 from . import _core
 from ._backend import workspace_rule
 from ._graphio import GraphLike, graph_bytes
+from .planning import workspace_overrides
 
 __all__ = ["Analysis", "LiveTensor", "analyze"]
 
@@ -125,6 +127,7 @@ def analyze(
     persistent_bytes: int | None = None,
     separate_buffers: bool = False,
     workspace: str | None = "auto",
+    workspace_profile: Mapping[str, int] | None = None,
 ) -> Analysis:
     """Analyses the device memory of a training step.
 
@@ -142,6 +145,8 @@ def analyze(
             running TensorFlow, oneDNN on or off; ``"none"``, ``"cpu-eigen:THREADS"``,
             ``"cpu-onednn"``, ``"gpu-cudnn:MIB"``): each op holds its scratch while
             it runs, on top of its inputs and outputs (docs/devices.md).
+        workspace_profile: measured scratch bytes by node name, replacing the rule's
+            for those nodes (``Profile.workspace``, see :func:`hybridplan.plan`).
 
     Raises:
         InvalidGraphError: malformed bytes, cycles, missing inputs.
@@ -159,5 +164,6 @@ def analyze(
             persistent_bytes=persistent_bytes,
             separate_buffers=separate_buffers,
             workspace=workspace_rule(workspace),
+            workspace_profile=workspace_overrides(workspace_profile),
         )
     )

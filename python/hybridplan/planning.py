@@ -6,7 +6,7 @@ import json
 import math
 import os
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -75,6 +75,31 @@ def device_model(base: str | None = None, **fields: Any) -> dict:
     dev = json.loads(_core.device_preset(base)) if base is not None else {}
     dev.update(fields)
     return dev
+
+
+def workspace_overrides(profile: Mapping[str, int] | None) -> list[tuple[str, int]] | None:
+    """``workspace_profile`` as the core takes it: ``(node name, bytes)`` sorted by name.
+
+    Raises:
+        InvalidArgumentError: not a mapping of node names to byte counts in [0, 2^64).
+    """
+    if profile is None:
+        return None
+    if not isinstance(profile, Mapping):
+        raise InvalidArgumentError(
+            "workspace_profile must map GraphDef node names to scratch bytes "
+            f"(Profile.workspace), got {type(profile).__name__}"
+        )
+    out = []
+    for name, nbytes in sorted(profile.items()):
+        ok = isinstance(nbytes, (int, np.integer)) and not isinstance(nbytes, bool)
+        if not isinstance(name, str) or not ok or not 0 <= int(nbytes) < 2**64:
+            raise InvalidArgumentError(
+                f"workspace_profile: {name!r} -> {nbytes!r}: give a node name and a byte "
+                "count >= 0 (Profile.workspace from hybridplan.profile)"
+            )
+        out.append((name, int(nbytes)))
+    return out
 
 
 def parse_bytes(value: Any, what: str = "budget") -> int:
@@ -321,6 +346,7 @@ def plan(
     time_limit: float = 60.0,
     separate_buffers: bool = False,
     workspace: str | None = "auto",
+    workspace_profile: Mapping[str, int] | None = None,
 ) -> Plan:
     """Plans which tensors to swap and which sub-graphs to recompute.
 
@@ -369,6 +395,10 @@ def plan(
             ``"gpu-cudnn:MIB"`` when ``TF_CUDNN_WORKSPACE_LIMIT_IN_MB`` is set, else
             ``"none"``), ``"none"``, ``"cpu-eigen:THREADS"``, ``"cpu-onednn"`` or
             ``"gpu-cudnn:MIB"`` (docs/devices.md). ``"optimal"`` models none.
+        workspace_profile: measured scratch bytes by GraphDef node name, replacing the
+            rule's for those nodes (``Profile.workspace`` from
+            :func:`hybridplan.profile`, which tells a node's scratch, allocated and
+            freed while it ran, from its outputs).
 
     Raises:
         BudgetError: no plan fits; ``best_peak`` says the smallest peak reached.
@@ -418,6 +448,7 @@ def plan(
         select=select if any(select) else None,
         separate_buffers=separate_buffers,
         workspace=rule,
+        workspace_profile=workspace_overrides(workspace_profile),
     )
     report = json.loads(core.report_json)
     report["workspace"] = rule
