@@ -6,7 +6,8 @@
 //!     cargo run --release -p hybridplan-core --example plan_digest -- [mixed:1e4 ..]
 //!
 //! `DIGEST_REPEAT=k` plans each k times (the time printed is the least).
-//! A graph `mixed:1e6:hybrid` plans that strategy only. With no arguments: mixed 10^4, 10^5, 10^6 and dag 10^4, 10^5, each with
+//! A graph `mixed:1e6:hybrid` plans that strategy only; the kinds are
+//! those of `SynthKind::name` (`narrow:1e5`, `transformer:1e4`, ...). With no arguments: mixed 10^4, 10^5, 10^6 and dag 10^4, 10^5, each with
 //! the strategies tflms, swap, recompute, chen, hybrid-paper and hybrid under
 //! the persistent bytes plus half the activation peak (as `benches/plan.rs`).
 
@@ -25,11 +26,7 @@ const STRATEGIES: [Strategy; 6] = Strategy::ALL;
 fn parse(arg: &str) -> Option<(SynthKind, usize, Option<&str>)> {
     let mut parts = arg.split(':');
     let (kind, size, only) = (parts.next()?, parts.next()?, parts.next());
-    let kind = match kind {
-        "mixed" => SynthKind::Mixed,
-        "dag" => SynthKind::Dag,
-        _ => return None,
-    };
+    let kind = SynthKind::from_name(kind)?;
     let n = size.parse::<f64>().ok()? as usize;
     Some((kind, n, only))
 }
