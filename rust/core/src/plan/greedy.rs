@@ -286,7 +286,7 @@ fn valid(
         if p > o.trigger() as usize {
             return true; // a later interval: the copy has long ended
         }
-        return !st.queue_check || p > queued_keep_until(ctx, st, o, &pool.cands[o.cand]) as usize;
+        return !st.queue_check || queue_allows(ctx, st, o, &pool.cands[o.cand], p);
     }
     let r = &pool.recomputes[id - ns];
     r.saved
@@ -331,6 +331,26 @@ fn queued_keep_until(ctx: &Ctx<'_>, st: &State, o: &SwapOpt, c: &SwapCandidate) 
     }
     let done = position_at(&ctx.start, end);
     o.keep_until.max(c.last_early).max(done.saturating_sub(1))
+}
+
+/// `p > queued_keep_until(ctx, st, o, c)` for a position `p < N`, without
+/// the binary search for the copy's end position: `p` is past the position
+/// where the copy ends exactly when `p` starts at or after that end (the
+/// starts are non-decreasing). The cheap bounds are checked first.
+fn queue_allows(ctx: &Ctx<'_>, st: &State, o: &SwapOpt, c: &SwapCandidate, p: usize) -> bool {
+    if p <= o.keep_until as usize || p <= c.last_early as usize {
+        return false;
+    }
+    let ready = ctx.start[c.produce as usize + 1];
+    let mut end = st
+        .d2h
+        .end_if_added(c.produce as usize, ready, ctx.link.d2h(c.bytes));
+    if let Some(&f) = st.out_floor.get(o.cand) {
+        end = end.max(f);
+    }
+    let allows = ctx.start[p] >= end;
+    debug_assert_eq!(allows, p > queued_keep_until(ctx, st, o, c) as usize);
+    allows
 }
 
 fn apply_swap(ctx: &Ctx<'_>, st: &mut State, o: &SwapOpt, t: u32, c: &SwapCandidate) {

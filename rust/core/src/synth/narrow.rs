@@ -71,7 +71,14 @@ impl Gen {
         let mut attrs = BN.to_vec();
         attrs.push(A::Float("exponential_avg_factor", 0.01));
         let outs = [x.s, s1(c), s1(c), s1(c), s1(c), s1(0)];
-        let bn = self.op("bn/FusedBatchNormV3", "FusedBatchNormV3", &ins, &[], &outs, &attrs);
+        let bn = self.op(
+            "bn/FusedBatchNormV3",
+            "FusedBatchNormV3",
+            &ins,
+            &[],
+            &outs,
+            &attrs,
+        );
         for (k, v) in [(1, &mean), (2, &var)] {
             let stat = T {
                 node: bn,
