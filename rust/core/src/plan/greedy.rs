@@ -47,6 +47,11 @@ pub struct Chosen {
     /// Peak of the position model after the choices (bytes) and where.
     pub model_peak: u64,
     pub model_peak_pos: u32,
+    /// Whether a recompute option was ever found valid (whether or not it
+    /// was chosen). When none was, the run made exactly the choices a run
+    /// on the same index with the swaps alone makes: every recompute entry
+    /// it looked at was dropped, as that run drops it.
+    pub recompute_seen: bool,
 }
 
 /// Options to choose from; `tensor_of_swap[i]` is the buffer of `swaps[i]`.
@@ -187,13 +192,19 @@ pub fn choose_indexed(
     // `stuck`) so the others still get lowered: the position model is only
     // a guide and the simulator may find the plan fits after all.
     let mut stuck: Vec<(usize, i64)> = Vec::new();
+    let mut recompute_seen = false;
     for _ in 0..n_options + n {
         let (p, peak) = st.tree.argmax();
         if peak <= target as i64 {
             break;
         }
-        let valid = |id: u32| {
-            pool_id(ix_ns, pool, id).is_some_and(|id| valid(ctx, pool, &st, &chosen.swaps, id, p))
+        let valid = |id: u32| match pool_id(ix_ns, pool, id) {
+            Some(id) => {
+                let ok = valid(ctx, pool, &st, &chosen.swaps, id, p);
+                recompute_seen |= ok && id >= ns;
+                ok
+            }
+            None => false,
         };
         let best = stab.best(p, score, valid);
         let Some(id) = best.and_then(|id| pool_id(ix_ns, pool, id)) else {
@@ -229,6 +240,7 @@ pub fn choose_indexed(
     let (pos, peak) = st.tree.argmax();
     chosen.model_peak = peak.max(0) as u64;
     chosen.model_peak_pos = pos as u32;
+    chosen.recompute_seen = recompute_seen;
     chosen
 }
 
