@@ -951,8 +951,13 @@ impl Sim<'_> {
         root.resize(self.bufs.len(), NONE);
         self.saved.clear();
         let mut held = std::mem::take(&mut self.bufs.held);
-        // Buffers a swap-out copies (sorted, one entry each: `hold_swapped`).
-        let mut swapped: Vec<u32> = held.iter().map(|h| h.0).collect();
+        // Per buffer: does a swap-out copy it (`hold_swapped`)? Flags, not a
+        // sorted list: buffers join it as outputs are written in place, and
+        // a sorted insert per join cost O(swaps) each.
+        let mut swapped = vec![false; self.bufs.len()];
+        for h in held.iter() {
+            swapped[h.0 as usize] = true;
+        }
         let mut clones: Vec<u32> = p.clone_item.clone();
         clones.sort_unstable();
         // Original ops run in position order, clones in between: the op at
@@ -982,10 +987,8 @@ impl Sim<'_> {
             };
             // A swapped output written into r: r is copied out from now on.
             if let Some((u, r)) = done {
-                if swapped.binary_search(&u).is_ok() {
-                    if let Err(k) = swapped.binary_search(&r) {
-                        swapped.insert(k, r);
-                    }
+                if swapped[u as usize] {
+                    swapped[r as usize] = true;
                 }
             }
         }
@@ -1015,14 +1018,14 @@ impl Sim<'_> {
         u: u32,
         b: u32,
         root: &mut [u32],
-        swapped: &[u32],
+        swapped: &[bool],
     ) -> Option<u32> {
         let r = if root[b as usize] == NONE {
             b
         } else {
             root[b as usize]
         };
-        if self.bufs.last[r as usize] != item as u32 || swapped.binary_search(&r).is_ok() {
+        if self.bufs.last[r as usize] != item as u32 || swapped[r as usize] {
             return None;
         }
         root[u as usize] = r;
@@ -1037,7 +1040,7 @@ impl Sim<'_> {
         item: usize,
         i: usize,
         root: &mut [u32],
-        swapped: &[u32],
+        swapped: &[bool],
     ) -> Option<(u32, u32)> {
         let lay = self.lay;
         let (q, u) = lay.sites[i];
@@ -1072,7 +1075,7 @@ impl Sim<'_> {
         &mut self,
         item: usize,
         root: &mut [u32],
-        swapped: &[u32],
+        swapped: &[bool],
     ) -> Option<(u32, u32)> {
         let (g, lay, p) = (self.g, self.lay, self.p);
         let v = p.item_node[item];

@@ -290,19 +290,13 @@ fn synthetic_graphdef<'py>(
     channels: i64,
 ) -> PyResult<Bound<'py, pyo3::types::PyBytes>> {
     use core::synth::{blocks_for_nodes, graphdef, SynthKind, SynthSpec};
-    let kind = match kind {
-        "residual" => SynthKind::Residual,
-        "transformer" => SynthKind::Transformer,
-        "mixed" => SynthKind::Mixed,
-        "dag" => SynthKind::Dag,
-        _ => {
-            return Err(errors::to_py(
-                py,
-                core::PlanError::InvalidArgument(format!(
-                    "unknown synthetic kind '{kind}': use residual, transformer, mixed or dag"
-                )),
-            ))
-        }
+    let Some(kind) = SynthKind::from_name(kind) else {
+        return Err(errors::to_py(
+            py,
+            core::PlanError::InvalidArgument(format!(
+                "unknown synthetic kind '{kind}': use residual, transformer, mixed, dag or narrow"
+            )),
+        ));
     };
     let spec = SynthSpec {
         kind,

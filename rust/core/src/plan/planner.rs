@@ -196,6 +196,13 @@ pub struct Planner<'a> {
     cuts: Cuts,
     /// The greedy's index of every option, for `hybrid` (built on first use).
     shared_index: std::cell::Cell<Option<Index>>,
+    /// Whether a greedy round of the current budget loop found a recompute
+    /// option valid (`Chosen::recompute_seen`).
+    chose_recompute: std::cell::Cell<bool>,
+    /// The budget loop on the swaps alone, known without running it: the
+    /// loop on swaps and the forward units' recomputes never found a
+    /// recompute valid (`fit`). `None`: not known.
+    swap_only: std::cell::Cell<Option<Option<Planned>>>,
 }
 
 impl<'a> Planner<'a> {
@@ -258,6 +265,8 @@ impl<'a> Planner<'a> {
             selected,
             cuts,
             shared_index: std::cell::Cell::new(None),
+            chose_recompute: false.into(),
+            swap_only: std::cell::Cell::new(None),
         })
     }
 
@@ -536,7 +545,43 @@ impl<'a> Planner<'a> {
     /// The budget loop around the greedy: swaps checked against the
     /// device-to-host queue first; if that finds no plan, without the check
     /// (the position model is pessimistic where stalls slow the step).
+    ///
+    /// When no round of the loop on swaps and recomputes (`Recs::Base`)
+    /// found a recompute option valid, the loop on the swaps alone is its
+    /// copy: on the shared index, every recompute entry it looked at was
+    /// dropped as invalid, as the swaps-alone run drops it, so both runs
+    /// look at the same swap entries in the same states and make the same
+    /// choices, round after round (the targets and queue floors follow from
+    /// the choices). Its result is then reused, not recomputed: the
+    /// greedy's cost grows with the decisions it makes.
     fn fit(&self, swap: bool, recs: Recs, who: &'static str) -> Option<Planned> {
+        if swap && recs == Recs::None {
+            if let Some(known) = self.swap_only.take() {
+                let known = known.map(|mut p| {
+                    p.strategy = who.into();
+                    p
+                });
+                debug_assert_eq!(
+                    known.as_ref().map(|p| &p.plan),
+                    self.run_fit(swap, recs, who).as_ref().map(|p| &p.plan),
+                    "the swaps-alone loop differs from its copy"
+                );
+                return known;
+            }
+        }
+        let out = self.run_fit(swap, recs, who);
+        if self.opts.strategy == Strategy::Hybrid
+            && swap
+            && recs == Recs::Base
+            && !self.chose_recompute.get()
+        {
+            self.swap_only.set(Some(out.clone()));
+        }
+        out
+    }
+
+    fn run_fit(&self, swap: bool, recs: Recs, who: &'static str) -> Option<Planned> {
+        self.chose_recompute.set(false);
         let pool = Pool {
             cands: &self.cands,
             swaps: if swap { &self.swaps } else { &[] },
@@ -637,6 +682,9 @@ impl<'a> Planner<'a> {
             queue_check,
         };
         let chosen = choose_indexed(self.ctx, pool, ix, target, guide);
+        if chosen.recompute_seen {
+            self.chose_recompute.set(true);
+        }
         let mut placed = chosen.clone();
         place_swap_ins(self.ctx, &self.cands, &mut placed.swaps);
         let mut plan = self.to_plan(&placed);
