@@ -8,10 +8,10 @@ import dataclasses
 import numpy as np
 import pytest
 import tensorflow as tf
-from graphs import FLOAT, node
 from tensorflow.core.framework import graph_pb2
 
 import hybridplan
+from graphs import FLOAT, node
 from hybridplan import models
 from hybridplan.runner import compile_step
 

@@ -114,8 +114,12 @@ def test_the_slowest_valid_device_gives_finite_times(synth):
     budget = a.persistent_bytes + (a.peak_bytes - a.persistent_bytes) * 3 // 4
     slowest = {f: 1.0 for f in _RATES + _LINK}
     dev = hybridplan.device_model(
-        "a100-pcie4", name="slowest", launch_overhead_s=1e6, link_latency_s=1e6,
-        duplex_factor=0.01, **slowest,
+        "a100-pcie4",
+        name="slowest",
+        launch_overhead_s=1e6,
+        link_latency_s=1e6,
+        duplex_factor=0.01,
+        **slowest,
     )
     p = hybridplan.plan(data, budget, device=dev, min_bytes=1024)
     json.dumps(p.report, allow_nan=False)  # every figure finite
