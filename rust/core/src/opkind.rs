@@ -126,9 +126,19 @@ pub fn aliased_input(op: &str) -> Option<usize> {
     match op {
         "Identity" | "StopGradient" | "PreventGradient" | "Snapshot" | "Reshape" | "Squeeze"
         | "ExpandDims" | "EnsureShape" | "CheckNumerics" | "CheckNumericsV2" | "Bitcast" => Some(0),
-        "IdentityN" => Some(usize::MAX),
+        _ if passes_each_input_through(op.as_bytes()) => Some(usize::MAX),
         _ => None,
     }
+}
+
+/// Ops whose output i is their data input i passed through, typed by entry
+/// i of the type-list attribute `T`: one output per data input
+/// (`IdentityN`). TensorFlow refuses such a `NodeDef` unless `T` lists one
+/// type per data input, and the rewrite counts its outputs from `T`, so the
+/// build refuses it too (a plan that named an output `T` lacks would not
+/// apply).
+pub fn passes_each_input_through(op: &[u8]) -> bool {
+    op == b"IdentityN"
 }
 
 /// Does `reader` pair with its input's `producer` through a hidden workspace?
