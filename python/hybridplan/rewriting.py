@@ -76,6 +76,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from . import _args
 from .errors import InvalidArgumentError, UnsupportedGraphError
 
 __all__ = ["TARGETS", "RewriteSummary", "Rewritten", "Target", "rewrite", "rewrite_with_summary"]
@@ -227,8 +228,14 @@ def rewrite_with_summary(
 
         new_gd = rewrite(traced.graph_def, plan, target="cpu-emulation")
     """
-    if target not in TARGETS:
+    if not isinstance(target, str) or target not in TARGETS:
         raise InvalidArgumentError(f"unknown target {target!r}; use one of {sorted(TARGETS)}")
+    if not (hasattr(graph_def, "node") and hasattr(graph_def, "SerializeToString")):
+        raise InvalidArgumentError(
+            f"graph_def must be a tf GraphDef, got {type(graph_def).__name__} "
+            "(read bytes with GraphDef.FromString)"
+        )
+    _args.rewrite_spec(plan)
     spec = TARGETS[target]
     writer = _Writer(graph_def, spec, device or spec.device, host or spec.host, prefix)
     for i, swap in enumerate(plan.get("swaps", ())):
