@@ -88,9 +88,8 @@ def write_all(files: Mapping[Path, bytes]) -> None:
     except OSError as e:
         for tmp, _ in temps:
             Path(tmp).unlink(missing_ok=True)
-        raise InvalidArgumentError(
-            f"cannot write {e.filename or 'an output'}: {e.strerror}"
-        ) from None
+        where = e.filename or ", ".join(str(p) for p in files)
+        raise InvalidArgumentError(f"cannot write {where}: {e.strerror or e}") from None
     except BaseException:
         for tmp, _ in temps:
             Path(tmp).unlink(missing_ok=True)

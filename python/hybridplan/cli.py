@@ -126,7 +126,7 @@ def _plan_options(args: argparse.Namespace) -> dict:
 
 
 def _parser() -> argparse.ArgumentParser:
-    doc = __doc__.split("\n\n")
+    doc = __doc__.replace("``", "").split("\n\n")  # the docstring's RST, as plain text
     ap = argparse.ArgumentParser(
         prog="hybridplan",
         description="\n\n".join(doc[:2]),
@@ -354,11 +354,11 @@ def _cmd_plan(args: argparse.Namespace) -> int:
             from tensorflow.core.framework import graph_pb2
 
             from ._graphio import graph_bytes
-            from .rewriting import rewrite
+            from .applying import rewrite_plan
 
             stage("rewriting")
             gd = graph_pb2.GraphDef.FromString(graph_bytes(args.graph)[0])
-            new = rewrite(gd, p.rewrite_spec(), target=args.target)
+            new = rewrite_plan(gd, p, args.target).graph_def
             files[Path(args.output)] = new.SerializeToString()
             stage("writing")
     if args.json:

@@ -134,26 +134,25 @@ def trial(
         f = None
     else:
         act = max(1, a.activation_peak_bytes)
-        try:
-            r = run(a.persistent_bytes + int(act * f))
-        except BudgetError as e:
-            reach = (e.best_peak - a.persistent_bytes) / act
+        asked = a.persistent_bytes + int(act * f)
+        r, reached = _smallest_reachable(run, asked)
+        if reached != asked:
+            reach = (reached - a.persistent_bytes) / act
             if fraction is not None:
                 raise BudgetError(
                     f"fraction={f:g} asks for {int(act * f)} bytes of activations, but the "
-                    f"smallest activation peak any plan reaches is "
-                    f"{e.best_peak - a.persistent_bytes} bytes, {reach:.1%} of the original's "
+                    f"smallest activation peak a {strategy} plan reaches is "
+                    f"{reached - a.persistent_bytes} bytes, {reach:.1%} of the original's "
                     f"{act}: pass fraction={_ceil2(reach):g} or more, or omit it",
-                    e.budget,
-                    e.best_peak,
-                    e.strategy,
-                ) from None
+                    asked,
+                    reached,
+                    strategy,
+                )
             f = reach
             note = (
                 f"no plan reaches {DEFAULT_FRACTION:.0%} of the original's activation peak; "
-                f"the budget is the smallest peak one reaches, {reach:.1%}"
+                f"the budget is the smallest a plan reaches, {reach:.1%} of it"
             )
-            r = run(e.best_peak)
     base, new = side_by_side(traced, r.graph_def, workload.batch, steps)
     return Trial(
         plan=r.plan,
@@ -167,6 +166,26 @@ def trial(
         fraction=f,
         note=note,
     )
+
+
+#: Plans :func:`_smallest_reachable` tries before it gives up.
+_REACH_TRIES = 8
+
+
+def _smallest_reachable(run: Any, budget: int) -> tuple[Any, int]:
+    """``run(budget)``, or, when no plan fits, ``run`` of the smallest peak the
+    planner reached, repeated: a greedy planner given that peak as its budget may
+    take other steps and reach a higher one (BudgetError.best_peak is a peak some
+    plan reached, not always one the planner finds again). The budget grows at
+    every try; at most ``_REACH_TRIES`` tries. Returns (result, budget used)."""
+    for _ in range(_REACH_TRIES - 1):
+        try:
+            return run(budget), budget
+        except BudgetError as e:
+            if e.best_peak <= budget:
+                raise
+            budget = e.best_peak
+    return run(budget), budget
 
 
 def _ceil2(x: float) -> float:
