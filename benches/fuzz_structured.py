@@ -26,9 +26,17 @@ in the graph; and checks what the standards demand (docs/reliability.md):
 
 - every call returns or raises a :class:`hybridplan.HybridplanError`;
 - a returned plan's predicted peak is within its budget;
-- the plan applies: :func:`hybridplan.rewrite` accepts ``plan.rewrite_spec()``
-  (an error here is a plan/apply disagreement);
+- the plan applies: ``hybridplan.applying.rewrite_plan`` (what ``apply`` and
+  ``hybridplan plan -o`` call) writes it (an error here is a plan/apply
+  disagreement), except on a graph TensorFlow itself refuses to import (a node
+  without an attribute its op requires, a read of an output its op lacks, an op
+  TensorFlow does not know): the core plans without TensorFlow's op registry,
+  and ``rewrite_plan`` then raises ``InvalidGraphError`` in TensorFlow's words,
+  counted apart;
 - the rewritten GraphDef analyses (no cycle, no dangling input).
+
+A finding is saved with its mutated graph and whether TensorFlow imports that
+graph (``tensorflow_imports_input``).
 
 Every execution is reproducible from its index (``--replay``): its random
 generator is seeded with ``(--seed, index)``.

@@ -4,7 +4,7 @@ its GraphDef as real ops.
 
 Start with ``hybridplan demo``, or ``hybridplan trace small_cnn -o step.pb``,
 then ``hybridplan analyze step.pb`` and ``hybridplan compare step.pb --budget
-...``. ``hybridplan COMMAND --help`` lists each command's options.
+200KiB``; ``hybridplan COMMAND --help`` lists each command's options.
 
 Exit codes: 0 success; 2 usage error; 3 bad input (unreadable or invalid
 graph, bad argument); 4 unsupported graph; 5 no plan fits the budget;
@@ -172,7 +172,7 @@ def _parser() -> argparse.ArgumentParser:
         description="Traces a reference model, plans it for the 'cpu' device model, rewrites "
         "it for CPU emulation (two logical CPUs: device and host) and runs both steps: "
         "prints whether losses and weights match bit for bit and the measured peaks; "
-        "--report draws the measured memory curve next to the predicted ones.",
+        "--report draws the measured memory curve below the predicted ones.",
     )
     _add_model_args(p)
     p.add_argument(
@@ -432,7 +432,7 @@ def _cmd_compare(args: argparse.Namespace) -> int:
     print(summary_table(plans, budget, original=original, best=(best.best_peak, best.strategy)))
     print(
         f"hybridplan: error: no strategy fits the budget of {fmt_size(budget or 0)}; the "
-        f"smallest peak reached is {fmt_size(best.best_peak)} (strategy {best.strategy!r})",
+        f"smallest peak reached is {fmt_size(best.best_peak)}, by strategy {best.strategy!r}",
         file=sys.stderr,
     )
     return EXIT_BUDGET

@@ -191,7 +191,7 @@ def streams_figure(plan: Plan):
     ax.set_xlabel("predicted time in the step (ms)")
     ax.set_title("streams of the planned step")
     if len(set(kinds.tolist())) > 1:  # a legend only names what is drawn
-        ax.legend(loc="upper right", fontsize=8)
+        ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8)  # beside the lanes
     fig.tight_layout()
     return fig
 

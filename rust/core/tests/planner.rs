@@ -149,7 +149,7 @@ fn an_unreachable_budget_names_the_smallest_peak() {
                 msg.contains("variables and optimizer slots alone take"),
                 "{msg}"
             );
-            assert!(msg.contains("strategy 'hybrid')"), "{msg}");
+            assert!(msg.contains("by strategy 'hybrid';"), "{msg}");
         }
         other => panic!(
             "expected a budget error, got {:?}",
