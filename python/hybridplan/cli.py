@@ -197,8 +197,11 @@ def _parser() -> argparse.ArgumentParser:
     return ap
 
 
-def _subparser_adder(sub):  # type: ignore[no-untyped-def]
-    def add(name: str, **kw) -> argparse.ArgumentParser:  # type: ignore[no-untyped-def]
+def _subparser_adder(sub: Any) -> Any:
+    """``add(name, help=...)``: a sub-command whose description is its help and whose
+    options show their defaults."""
+
+    def add(name: str, **kw: Any) -> argparse.ArgumentParser:
         kw.setdefault("description", kw.get("help", "").capitalize() + ".")
         return sub.add_parser(name, formatter_class=_Help, **kw)
 
