@@ -48,12 +48,13 @@ MAX_GRAPH_BYTES = 2**31
 def _read_file(path: Path) -> bytes:
     try:
         with open(path, "rb") as f:
-            data = _read_bounded(f, MAX_GRAPH_BYTES + 1)
+            size = os.fstat(f.fileno()).st_size  # 0 for a device or a pipe: read to the limit
+            data = b"" if size > MAX_GRAPH_BYTES else _read_bounded(f, MAX_GRAPH_BYTES + 1)
     except FileNotFoundError:
         raise InvalidArgumentError(f"no such file: {path}") from None
     except OSError as e:
         raise InvalidArgumentError(f"cannot read {path}: {e.strerror}") from None
-    if len(data) > MAX_GRAPH_BYTES:
+    if size > MAX_GRAPH_BYTES or len(data) > MAX_GRAPH_BYTES:
         raise InvalidGraphError(
             f"{path} holds more than {MAX_GRAPH_BYTES} bytes, protobuf's limit for a "
             "GraphDef: pass a binary .pb or text .pbtxt file of one training step"
