@@ -273,3 +273,20 @@ def test_plan_refuses_an_identity_n_that_apply_could_not_rewrite(strategy):
         hybridplan.plan(gd, budget, strategy=strategy, loss="loss", min_bytes=256, device="cpu")
     with pytest.raises(hybridplan.InvalidGraphError, match=bad):
         hybridplan.apply(gd, budget, strategy=strategy, loss="loss", min_bytes=256, device="cpu")
+
+
+def test_a_graph_tensorflow_rejects_is_the_graphs_error_not_the_plans():
+    """Found by benches/fuzz_structured.py (execution 70639): a node whose op has no
+    outputs (NoOp) but whose output 0 is read. The core plans from structure, without
+    TensorFlow's op registry, and swapped that output; the rewrite's error blamed the
+    plan ("swaps[7]: ... has 0 output(s)"). It is the graph's, in TensorFlow's words."""
+    from tensorflow.core.framework import graph_pb2
+
+    gd = graph_pb2.GraphDef.FromString(
+        hybridplan.synthetic_graphdef(120, "mixed", batch=2, size=8, channels=8)
+    )
+    next(n for n in gd.node if n.name == "model/block0/conv2/bn/batchnorm/mul").op = "NoOp"
+    p = hybridplan.plan(gd, 41242, strategy="tflms", min_bytes=1024)
+    assert p.swaps
+    with pytest.raises(hybridplan.InvalidGraphError, match="TensorFlow does not accept this graph"):
+        hybridplan.apply(gd, 41242, strategy="tflms", min_bytes=1024)

@@ -193,21 +193,7 @@ pub fn plan_analysis(
         })
     };
     let planner = Planner::new(&ctx, opts, &judge)?;
-    let planned: Planned = planner.run().map_err(|e| match e {
-        PlanError::Budget {
-            budget,
-            best_peak,
-            strategy,
-        } if budget < a.graph.persistent_bytes => PlanError::Budget {
-            budget,
-            best_peak,
-            strategy: format!(
-                "{strategy}; the variables and optimizer slots alone take {} bytes",
-                a.graph.persistent_bytes
-            ),
-        },
-        e => e,
-    })?;
+    let planned: Planned = planner.run()?;
     let mut plan = planned.plan;
     let chosen = full(&plan)?;
     let sim = if plan.swaps.is_empty() {
@@ -221,6 +207,7 @@ pub fn plan_analysis(
             budget: opts.budget,
             best_peak: sim.peak_bytes,
             strategy: planned.strategy,
+            persistent_bytes: a.graph.persistent_bytes,
         });
     }
     let (so, ro) = planner.num_options();

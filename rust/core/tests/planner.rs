@@ -136,13 +136,21 @@ fn an_unreachable_budget_names_the_smallest_peak() {
         ),
     }
     match run(&a, &dev, Strategy::Hybrid, a.graph.persistent_bytes - 1) {
-        Err(PlanError::Budget {
-            best_peak,
-            strategy,
-            ..
-        }) => {
+        Err(
+            e @ PlanError::Budget {
+                best_peak,
+                persistent_bytes,
+                ..
+            },
+        ) => {
             assert!(best_peak >= a.graph.persistent_bytes);
-            assert!(strategy.contains("variables"), "{strategy}");
+            assert_eq!(persistent_bytes, a.graph.persistent_bytes);
+            let msg = e.to_string();
+            assert!(
+                msg.contains("variables and optimizer slots alone take"),
+                "{msg}"
+            );
+            assert!(msg.contains("by strategy 'hybrid';"), "{msg}");
         }
         other => panic!(
             "expected a budget error, got {:?}",

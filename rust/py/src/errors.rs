@@ -22,6 +22,7 @@ pub fn to_py(py: Python<'_>, e: PlanError) -> PyErr {
             budget,
             best_peak,
             strategy,
+            ..
         } => ("BudgetError", Some((*budget, *best_peak, strategy.clone()))),
         PlanError::InvalidArgument(_) => ("InvalidArgumentError", None),
     };

@@ -278,7 +278,8 @@ fn device_presets() -> Vec<String> {
         .collect()
 }
 
-/// Serialized GraphDef of a synthetic training step of about `nodes` nodes.
+/// Serialized GraphDef of a synthetic training step of about `nodes` nodes
+/// (`core::synth::checked_graphdef`: arguments out of range are errors).
 #[pyfunction]
 #[pyo3(signature = (nodes, kind="mixed", batch=8, size=32, channels=64))]
 fn synthetic_graphdef<'py>(
@@ -289,24 +290,10 @@ fn synthetic_graphdef<'py>(
     size: i64,
     channels: i64,
 ) -> PyResult<Bound<'py, pyo3::types::PyBytes>> {
-    use core::synth::{blocks_for_nodes, graphdef, SynthKind, SynthSpec};
-    let Some(kind) = SynthKind::from_name(kind) else {
-        return Err(errors::to_py(
-            py,
-            core::PlanError::InvalidArgument(format!(
-                "unknown synthetic kind '{kind}': use residual, transformer, mixed, dag or narrow"
-            )),
-        ));
-    };
-    let spec = SynthSpec {
-        kind,
-        blocks: blocks_for_nodes(kind, nodes),
-        batch,
-        size,
-        channels,
-        ..SynthSpec::default()
-    };
-    let bytes = py.detach(|| graphdef(&spec));
+    let kind = kind.to_string();
+    let bytes = run(py, move || {
+        core::synth::checked_graphdef(&kind, nodes, batch, size, channels)
+    })?;
     Ok(pyo3::types::PyBytes::new(py, &bytes))
 }
 

@@ -324,6 +324,7 @@ impl<'a> Planner<'a> {
             budget: self.opts.budget,
             best_peak: best,
             strategy: who.into(),
+            persistent_bytes: self.ctx.g.persistent_bytes,
         }
     }
 
@@ -518,10 +519,10 @@ impl<'a> Planner<'a> {
         }
         let v = self.judge(&plan).ok()?;
         if v.peak_bytes > self.opts.budget {
-            self.note_fail(v.peak_bytes, "swap");
+            self.note_fail(v.peak_bytes, "tflms");
             return None;
         }
-        Some(self.planned(plan, v, "swap"))
+        Some(self.planned(plan, v, "tflms"))
     }
 
     /// Thresholds from a quarter of the schedule down to none, triggers 1 to

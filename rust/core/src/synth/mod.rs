@@ -131,6 +131,64 @@ pub fn graphdef(spec: &SynthSpec) -> Vec<u8> {
     g.out.buf
 }
 
+/// Largest `nodes` [`checked_graphdef`] accepts: about 2 GB of GraphDef.
+pub const MAX_NODES: usize = 10_000_000;
+/// Largest batch, size or channels [`checked_graphdef`] accepts.
+pub const MAX_DIM: i64 = 1 << 20;
+
+impl std::str::FromStr for SynthKind {
+    type Err = crate::PlanError;
+    fn from_str(s: &str) -> crate::Result<Self> {
+        SynthKind::from_name(s).ok_or_else(|| {
+            let names: Vec<&str> = SynthKind::ALL.iter().map(|k| k.name()).collect();
+            crate::PlanError::InvalidArgument(format!(
+                "unknown synthetic kind '{s}': use one of {}",
+                names.join(", ")
+            ))
+        })
+    }
+}
+
+/// [`graphdef`] of about `nodes` nodes of `kind`, with every argument checked
+/// instead of clamped: `nodes` in `1..=MAX_NODES` (a larger graph would not fit
+/// in memory, and an allocation failure aborts the process instead of
+/// unwinding), `batch`, `size`, `channels` in `1..=MAX_DIM`.
+///
+/// # Errors
+/// [`crate::PlanError::InvalidArgument`] naming the argument out of range.
+///
+/// # Complexity
+/// O(nodes).
+pub fn checked_graphdef(
+    kind: &str,
+    nodes: usize,
+    batch: i64,
+    size: i64,
+    channels: i64,
+) -> crate::Result<Vec<u8>> {
+    let kind: SynthKind = kind.parse()?;
+    if !(1..=MAX_NODES).contains(&nodes) {
+        return Err(crate::PlanError::InvalidArgument(format!(
+            "nodes must be from 1 to {MAX_NODES}, got {nodes}"
+        )));
+    }
+    for (what, v) in [("batch", batch), ("size", size), ("channels", channels)] {
+        if !(1..=MAX_DIM).contains(&v) {
+            return Err(crate::PlanError::InvalidArgument(format!(
+                "{what} must be from 1 to {MAX_DIM}, got {v}"
+            )));
+        }
+    }
+    Ok(graphdef(&SynthSpec {
+        kind,
+        blocks: blocks_for_nodes(kind, nodes),
+        batch,
+        size,
+        channels,
+        ..SynthSpec::default()
+    }))
+}
+
 /// [`graphdef`] with the kind forced to [`SynthKind::Residual`].
 pub fn residual_graphdef(spec: &SynthSpec) -> Vec<u8> {
     graphdef(&SynthSpec {
