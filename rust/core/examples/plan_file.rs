@@ -26,6 +26,7 @@ fn main() {
         Ok(Verdict {
             peak_bytes: r.peak_bytes,
             step_time_s: r.step_time_s,
+            host_peak_bytes: r.host_peak_bytes,
         })
     };
     let opts = PlanOptions {
