@@ -69,7 +69,9 @@ def physical_memory() -> int:
 def _has_local_gpu() -> bool:
     """Whether this machine has an NVIDIA GPU (the driver's /proc entry), without
     importing TensorFlow."""
-    return os.path.isdir("/proc/driver/nvidia/gpus") and bool(os.listdir("/proc/driver/nvidia/gpus"))
+    return os.path.isdir("/proc/driver/nvidia/gpus") and bool(
+        os.listdir("/proc/driver/nvidia/gpus")
+    )
 
 
 def auto_host_budget(dev: dict) -> int | None:
