@@ -122,3 +122,33 @@ def test_host_peak_matches_cpu_emulation(strategy):
         assert measured == 0
         return
     assert abs(measured - predicted) <= 0.1 * predicted, (predicted, measured)
+
+
+def test_distributed_host_figure_is_per_machine_summed_over_its_replicas(synth):
+    """Under tf.distribute each replica swaps to its own machine's host memory: the
+    host figure is per machine (job, task), the sum of its replicas' host peaks, and a
+    host budget given per machine is split evenly between its replicas."""
+    from hybridplan.distributed import (
+        DistributedResult,
+        ReplicaPlan,
+        _host_shares,
+        machine_of,
+    )
+
+    g, budget = synth
+    p = hybridplan.plan(g, budget, strategy="swap", device="v100-nvlink2", host_budget=None)
+    devs = [
+        "/job:worker/replica:0/task:0/device:GPU:0",
+        "/job:worker/replica:0/task:0/device:GPU:1",
+        "/job:worker/replica:0/task:1/device:GPU:0",
+    ]
+    assert machine_of(devs[0]) == machine_of(devs[1]) == "/job:worker/task:0"
+    assert machine_of("/device:GPU:0") == ""
+    reps = tuple(ReplicaPlan(i, d, "", budget, (), p, None) for i, d in enumerate(devs))
+    per = DistributedResult(None, reps).host_peak_bytes
+    assert per == {
+        "/job:worker/task:0": 2 * p.host_peak_bytes,
+        "/job:worker/task:1": p.host_peak_bytes,
+    }
+    assert _host_shares(devs, 1000) == [500, 500, 1000]
+    assert _host_shares(devs, None) == [None] * 3
