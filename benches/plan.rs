@@ -189,6 +189,7 @@ fn bench_options(
         Ok(Verdict {
             peak_bytes: r.peak_bytes,
             step_time_s: r.step_time_s,
+            host_peak_bytes: hybridplan_core::host::host_memory(&a.graph, p, &r).peak_bytes,
         })
     };
     group.bench_function("options", |b| {

@@ -16,6 +16,7 @@ from typing import Any
 from .analysis import Analysis, LiveTensor, analyze
 from .errors import (
     BudgetError,
+    HostBudgetError,
     HybridplanError,
     InvalidArgumentError,
     InvalidGraphError,
@@ -36,6 +37,8 @@ __all__ = [
     "STRATEGIES",
     "Analysis",
     "BudgetError",
+    "Fit",
+    "HostBudgetError",
     "HybridplanError",
     "InvalidArgumentError",
     "InvalidGraphError",
@@ -53,6 +56,7 @@ __all__ = [
     "compile_step",
     "device_model",
     "device_presets",
+    "fit",
     "function",
     "keras_step",
     "measure",
@@ -87,6 +91,8 @@ _LAZY = {
     "profile": "profiling",
     "Profile": "profiling",
     "calibrate": "profiling",
+    "fit": "fitting",
+    "Fit": "fitting",
 }
 # Submodules that need TensorFlow, importable as attributes (``hybridplan.models``).
 # (``trial`` is not one: its module shares the function's name, so the function is

@@ -88,6 +88,7 @@ def _add_plan_args(p: argparse.ArgumentParser) -> None:
         "gh200-c2c) or a JSON/TOML device file",
     )
     _add_loss(p)
+    _add_host_budget(p)
     _add_options(p)
 
 
@@ -97,6 +98,20 @@ def _add_loss(p: argparse.ArgumentParser) -> None:
         help="loss tensor 'node:index' (default: inferred from the graph, the scalar that "
         "the gradients start from)",
     )
+
+
+def _add_host_budget(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--host-budget",
+        default="auto",
+        help="host memory the swapped tensors may hold at once, e.g. 64GiB, 'none', or "
+        "'auto' (this machine's memory less a reserve when planning for it, no bound for "
+        "a GPU device planned on a machine without a GPU)",
+    )
+
+
+def _host_budget_arg(value: str) -> str | None:
+    return None if value.strip().lower() == "none" else value
 
 
 def _add_options(p: argparse.ArgumentParser) -> None:
@@ -116,7 +131,9 @@ def _add_options(p: argparse.ArgumentParser) -> None:
 def _plan_options(args: argparse.Namespace) -> dict:
     from .planning import parse_bytes
 
+    host = getattr(args, "host_budget", "auto")
     return {
+        "host_budget": _host_budget_arg(host),
         "min_bytes": parse_bytes(args.min_bytes, "--min-bytes"),
         "include_scopes": args.include_scope,
         "exclude_scopes": args.exclude_scope,
@@ -190,6 +207,33 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--report", metavar="DIR", help="write report.html with the measured curve")
     _add_options(p)
     p.set_defaults(min_bytes="4KiB")
+
+    p = add(
+        "fit",
+        help="the largest input size (or batch) each strategy fits on a device",
+        description="Traces a reference model at growing sizes (then bisects) and plans "
+        "each traced step with every strategy: prints the largest size (or batch) that "
+        "fits the device's memory less a reserve, its predicted step time and throughput, "
+        "per strategy and without a plan. Says how long the search will take after the "
+        "first trace.",
+    )
+    p.add_argument("model", help=", ".join(_MODELS))
+    p.add_argument("--device", default="v100-nvlink2", help="device preset or file")
+    p.add_argument("--over", default="size", choices=["size", "batch"], help="what grows")
+    p.add_argument(
+        "--strategy",
+        action="append",
+        choices=STRATEGIES,
+        help="strategies to search (repeat; default all); 'none' is always reported",
+    )
+    p.add_argument("--budget", help="device bytes (default: the device's memory less 8%%)")
+    _add_host_budget(p)
+    p.add_argument("--size", type=int, help="with --over batch: the input size")
+    p.add_argument("--batch", type=int, help="with --over size: the batch size")
+    p.add_argument("--start", type=int, help="smallest size (or batch) tried")
+    p.add_argument("--limit", type=int, default=1 << 16, help="largest size (or batch) tried")
+    p.add_argument("--tol", type=float, default=0.03, help="relative precision")
+    p.add_argument("--cache", metavar="DIR", help="keep traced graphs here for later runs")
 
     p = add("demo", help="trace, plan and run a built-in example end to end")
     p.add_argument("--out", default="hybridplan-demo", help="report directory")
@@ -471,6 +515,37 @@ def _cmd_trace(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_fit(args: argparse.Namespace) -> int:
+    from .fitting import fit
+
+    if args.model not in _MODELS:
+        raise InvalidArgumentError(
+            f"unknown model {args.model!r}: choose one of {', '.join(_MODELS)}"
+        )
+    fixed = {}
+    if args.over == "size" and args.batch is not None:
+        fixed["batch"] = args.batch
+    if args.over == "batch" and args.size is not None:
+        fixed["size"] = args.size
+    f = fit(
+        args.model,
+        device=args.device,
+        over=args.over,
+        strategy=args.strategy,
+        budget=args.budget,
+        host_budget=_host_budget_arg(args.host_budget),
+        start=args.start,
+        limit=args.limit,
+        tol=args.tol,
+        cache=args.cache,
+        **fixed,
+    )
+    print(f"{args.model} on {f.device}, budget {f.budget} bytes, over {f.over}:")
+    print(f.table())
+    print(f"{len(f.probes)} sizes traced, {f.seconds:.0f} s")
+    return 0
+
+
 def _cmd_trial(args: argparse.Namespace) -> int:
     from ._files import check_outputs
     from .runner import setup_cpu_emulation
@@ -552,6 +627,7 @@ def _cmd_demo(args: argparse.Namespace) -> int:
 _COMMANDS = {
     "plan": _cmd_plan,
     "analyze": _cmd_analyze,
+    "fit": _cmd_fit,
     "compare": _cmd_compare,
     "trace": _cmd_trace,
     "trial": _cmd_trial,

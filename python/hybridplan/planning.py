@@ -17,6 +17,7 @@ from ._graphio import GraphLike, graph_bytes
 from .errors import BudgetError, InvalidArgumentError
 
 __all__ = [
+    "HOST_RESERVE",
     "STRATEGIES",
     "Plan",
     "device_model",
@@ -30,9 +31,56 @@ STRATEGIES = ("tflms", "swap", "recompute", "chen", "hybrid-paper", "hybrid")
 #: The exact solver, for small graphs only (``hybridplan.optimal``); not in
 #: ``STRATEGIES``, which every tool runs on graphs of any size.
 OPTIMAL = "optimal"
+#: TensorFlow's cap on pinned host memory when ``TF_GPU_HOST_MEM_LIMIT_IN_MB`` is unset.
+PINNED_DEFAULT_LIMIT = 64 << 30
 #: Fraction of the device memory kept free by ``budget="auto"`` (allocator
 #: fragmentation, workspace of convolution kernels).
 AUTO_RESERVE = 0.08
+
+
+#: Host memory kept free by ``host_budget="auto"``: this fraction of the
+#: machine's physical memory, at least ``HOST_RESERVE_MIN`` bytes (the Python
+#: process, TensorFlow, the input pipeline, the page cache).
+HOST_RESERVE = 0.2
+HOST_RESERVE_MIN = 4 << 30
+
+
+def physical_memory() -> int:
+    """This machine's physical memory in bytes (0 when the OS does not say)."""
+    try:
+        return int(os.sysconf("SC_PHYS_PAGES")) * int(os.sysconf("SC_PAGE_SIZE"))
+    except (AttributeError, ValueError, OSError):
+        return 0
+
+
+def _has_local_gpu() -> bool:
+    """Whether this machine has an NVIDIA GPU (the driver's /proc entry), without
+    importing TensorFlow."""
+    return os.path.isdir("/proc/driver/nvidia/gpus") and bool(
+        os.listdir("/proc/driver/nvidia/gpus")
+    )
+
+
+def auto_host_budget(dev: dict) -> int | None:
+    """The default host budget for a device model: this machine's physical memory
+    less :data:`HOST_RESERVE` when the plan is for this machine (the ``cpu``
+    device, or any device while this machine has a GPU); ``None`` (no bound)
+    for a GPU model planned on a machine without a GPU, whose host memory is
+    not known here: pass ``host_budget=`` for it."""
+    if dev.get("name") != "cpu" and not _has_local_gpu():
+        return None
+    phys = physical_memory()
+    if phys <= 0:
+        return None
+    return max(phys - max(int(phys * HOST_RESERVE), HOST_RESERVE_MIN), 1)
+
+
+def _host_budget(host_budget: Any, dev: dict) -> int | None:
+    if host_budget is None:
+        return None
+    if isinstance(host_budget, str) and host_budget.strip().lower() == "auto":
+        return auto_host_budget(dev)
+    return parse_bytes(host_budget, "host_budget")
 
 
 def device_presets() -> list[str]:
@@ -149,6 +197,11 @@ class Figures:
     swaps: int
     swap_ins: int
     clones: int
+    #: Most swapped bytes held in host memory at once.
+    host_peak_bytes: int = 0
+    #: Pinned host memory the step needs on a GPU (the host peak, each buffer
+    #: rounded up to 256 bytes as TensorFlow's pinned allocator does).
+    pinned_bytes: int = 0
 
 
 def _figures(d: dict) -> Figures:
@@ -183,6 +236,48 @@ class Plan:
     @property
     def planned(self) -> Figures:
         return _figures(self.report["planned"])
+
+    @property
+    def host_budget(self) -> int | None:
+        """The host memory budget planned under (bytes), ``None`` when unbounded."""
+        hb = self.report.get("host_budget")
+        return None if hb is None or hb >= 2**64 - 1 else hb
+
+    @property
+    def host_peak_bytes(self) -> int:
+        """Most swapped bytes the planned step holds in host memory at once."""
+        return self.planned.host_peak_bytes
+
+    @property
+    def pinned_bytes(self) -> int:
+        """Pinned host memory the planned step needs on a GPU."""
+        return self.planned.pinned_bytes
+
+    def host_timeline(self) -> tuple[np.ndarray, np.ndarray]:
+        """(time in s, swapped bytes held in host memory) of the planned step."""
+        tl = self.report.get("host_timeline") or []
+        return (
+            np.array([t for t, _ in tl], dtype=np.float64),
+            np.array([b for _, b in tl], dtype=np.uint64),
+        )
+
+    @property
+    def pinned_note(self) -> str | None:
+        """A warning when the pinned need exceeds TensorFlow's default cap on
+        pinned host memory (``TF_GPU_HOST_MEM_LIMIT_IN_MB``, 64 GiB unset)."""
+        limit_mb = os.environ.get("TF_GPU_HOST_MEM_LIMIT_IN_MB")
+        try:
+            limit = int(limit_mb) << 20 if limit_mb else PINNED_DEFAULT_LIMIT
+        except ValueError:
+            limit = PINNED_DEFAULT_LIMIT
+        if self.pinned_bytes <= limit:
+            return None
+        need_mb = -(-self.pinned_bytes // (1 << 20))
+        return (
+            f"the step needs {self.pinned_bytes} bytes of pinned host memory, over "
+            f"TensorFlow's cap of {limit} bytes: set TF_GPU_HOST_MEM_LIMIT_IN_MB={need_mb} "
+            "or more before TensorFlow starts"
+        )
 
     @property
     def swaps(self) -> list[dict]:
@@ -286,7 +381,8 @@ class Plan:
         return (
             f"Plan({asked!r}{by}: peak {_size(o.peak_bytes)} -> {_size(p.peak_bytes)} within "
             f"the budget {_size(self.budget)}; predicted step {o.step_time_s * 1e3:.4g} -> "
-            f"{p.step_time_s * 1e3:.4g} ms; {p.swaps} tensors swapped, {p.clones} ops recomputed)"
+            f"{p.step_time_s * 1e3:.4g} ms; {p.swaps} tensors swapped, {p.clones} ops "
+            f"recomputed; host peak {_size(p.host_peak_bytes)})"
         )
 
 
@@ -332,6 +428,7 @@ def plan(
     exclude_types: Sequence[str] | None = None,
     time_limit: float = 60.0,
     separate_buffers: bool = False,
+    host_budget: Any = "auto",
 ) -> Plan:
     """Plans which tensors to swap and which sub-graphs to recompute.
 
@@ -373,9 +470,19 @@ def plan(
             ``"optimal"`` always solves this model (its plan then fits the
             default model too, whose memory is never higher); pass True to
             compare other strategies with it on equal terms.
+        host_budget: host bytes the swapped tensors may hold at once (each
+            swap-out's buffer lives from the copy's start until its last
+            swap-in ends): an int, a string such as ``"64GiB"``, ``None`` (no
+            bound) or ``"auto"`` (the default: this machine's physical memory
+            less :data:`HOST_RESERVE` when planning for this machine, i.e. the
+            ``cpu`` device or any device on a machine with a GPU; no bound for
+            a GPU model planned on a machine without one). A plan over it does
+            not fit, so ``hybrid`` falls back to recomputation.
 
     Raises:
         BudgetError: no plan fits; ``best_peak`` says the smallest peak reached.
+        HostBudgetError: plans fit the device but none the host budget;
+            ``best_host_peak`` says the smallest host peak reached.
         InvalidArgumentError: a bad budget, device or strategy.
         InvalidGraphError, ShapeError, UnsupportedGraphError: a bad graph.
 
@@ -394,6 +501,8 @@ def plan(
     separate_buffers = _args.flag(separate_buffers, "separate_buffers")
     if strategy == OPTIMAL:
         time_limit = _args.number(time_limit, "time_limit (seconds)")
+        if host_budget not in (None, "auto"):
+            raise InvalidArgumentError("strategy='optimal' takes no host_budget")
         selection = (include_scopes, exclude_scopes, include_types, exclude_types)
         if tflms is not None or any(selection):
             raise InvalidArgumentError("strategy='optimal' takes no tflms parameters or selection")
@@ -417,6 +526,7 @@ def plan(
     name, device_json, dev = _device_args(device)
     nbytes = _budget(budget, dev)
     tflms_args = _args.tflms_params(tflms)
+    host = _host_budget(host_budget, dev)
     data, traced_loss = graph_bytes(graph)
     core = _core.plan(
         data,
@@ -431,6 +541,7 @@ def plan(
         tflms=tflms_args,
         select=select if any(select) else None,
         separate_buffers=separate_buffers,
+        host_budget=host,
     )
     return Plan(json.loads(core.report_json), (core.timeline(0), core.timeline(1)), core.events())
 

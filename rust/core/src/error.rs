@@ -51,6 +51,15 @@ pub enum PlanError {
         persistent_bytes: u64,
     },
 
+    /// Plans fit the device budget, but none the host memory budget (the
+    /// swapped bytes held in host memory at once, `host.rs`).
+    #[error("no plan within the device budget of {budget} bytes fits the host memory budget of {host_budget} bytes: the smallest host peak reached is {best_host_peak} bytes; raise the host budget to at least {best_host_peak} bytes, raise the device budget (fewer swaps), or use strategy 'recompute'")]
+    HostBudget {
+        host_budget: u64,
+        best_host_peak: u64,
+        budget: u64,
+    },
+
     /// An argument given by the caller is invalid.
     #[error("invalid argument: {0}")]
     InvalidArgument(String),

@@ -38,6 +38,7 @@ pub mod export;
 pub(crate) mod flatdecode;
 pub mod graph;
 pub mod graphdef;
+pub mod host;
 pub mod inplace;
 pub mod liveness;
 pub(crate) mod nametable;

@@ -132,6 +132,12 @@ pub struct SimResult {
     pub events_truncated: bool,
     /// End of each swap's swap-out, in plan order.
     pub swap_out_end: Vec<f64>,
+    /// Start of each swap's swap-out, in plan order (`host.rs`).
+    #[serde(default)]
+    pub swap_out_start: Vec<f64>,
+    /// End of every swap-in, in plan order (swap by swap, then its `ins`).
+    #[serde(default)]
+    pub swap_in_end: Vec<f64>,
     /// Start of every original node on the compute stream, by node id.
     pub op_start: Vec<f64>,
 }
@@ -264,6 +270,8 @@ fn reuse_empty<T>(v: &mut Vec<T>, cap: usize) -> Vec<T> {
 pub struct SimSummary {
     pub peak_bytes: u64,
     pub step_time_s: f64,
+    /// Most swapped bytes held in host memory at once (`host.rs`).
+    pub host_peak_bytes: u64,
 }
 
 /// [`simulate`]'s peak and step time alone, without building the timeline,
@@ -1132,7 +1140,26 @@ impl Sim<'_> {
         SimSummary {
             peak_bytes: m.peak.clamp(0, i128::from(u64::MAX)) as u64,
             step_time_s: self.step_time(),
+            host_peak_bytes: self.host_peak(),
         }
+    }
+
+    /// The host peak of the swaps (`host.rs`).
+    fn host_peak(&self) -> u64 {
+        let (outs, ins) = self.xf.split_at(self.n_swaps);
+        let step = self.step_time();
+        let bufs: Vec<crate::host::HostBuffer> = (0..self.n_swaps)
+            .map(|k| {
+                let (lo, hi) = (self.p.in_base[k] as usize, self.p.in_base[k + 1] as usize);
+                let ends: Vec<f64> = ins[lo..hi].iter().map(|x| x.end).collect();
+                crate::host::HostBuffer {
+                    bytes: outs[k].bytes as u64,
+                    from_s: outs[k].start,
+                    to_s: crate::host::last_end(&ends, step),
+                }
+            })
+            .collect();
+        crate::host::host_peak(&bufs)
     }
 
     fn result(&mut self, opts: &SimOptions) -> SimResult {
@@ -1162,6 +1189,8 @@ impl Sim<'_> {
             events,
             events_truncated,
             swap_out_end: self.xf[..self.n_swaps].iter().map(|x| x.end).collect(),
+            swap_out_start: self.xf[..self.n_swaps].iter().map(|x| x.start).collect(),
+            swap_in_end: self.xf[self.n_swaps..].iter().map(|x| x.end).collect(),
             op_start,
         }
     }

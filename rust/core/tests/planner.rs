@@ -319,6 +319,7 @@ fn a_recompute_frees_a_buffer_read_late_through_an_alias() {
         Ok(Verdict {
             peak_bytes: r.peak_bytes,
             step_time_s: r.step_time_s,
+            host_peak_bytes: hybridplan_core::host::host_memory(&a.graph, p, &r).peak_bytes,
         })
     };
     let opts = PlanOptions {

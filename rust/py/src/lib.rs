@@ -193,7 +193,7 @@ fn split_timeline(tl: &[(f64, u64)]) -> (Vec<f64>, Vec<u64>) {
 
 /// Plans a serialized GraphDef under a budget.
 #[pyfunction]
-#[pyo3(signature = (data, budget, strategy="hybrid", device="v100-nvlink2", device_json=None, loss=None, persistent_bytes=None, min_bytes=65536, profile=None, tflms=None, select=None, separate_buffers=false))]
+#[pyo3(signature = (data, budget, strategy="hybrid", device="v100-nvlink2", device_json=None, loss=None, persistent_bytes=None, min_bytes=65536, profile=None, tflms=None, select=None, separate_buffers=false, host_budget=None))]
 #[allow(clippy::too_many_arguments)]
 fn plan(
     py: Python<'_>,
@@ -209,6 +209,7 @@ fn plan(
     tflms: Option<(u32, u32, u32)>,
     select: Option<[Vec<String>; 4]>,
     separate_buffers: bool,
+    host_budget: Option<u64>,
 ) -> PyResult<CorePlan> {
     let build = BuildOptions {
         loss,
@@ -241,6 +242,7 @@ fn plan(
                     },
                 )
                 .unwrap_or_default(),
+            host_budget: host_budget.unwrap_or(u64::MAX),
             ..PlanOptions::default()
         };
         let (_, o) = core::api::plan_bytes(data, &build, &dev, &opts, &profile)?;
