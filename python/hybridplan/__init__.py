@@ -31,8 +31,10 @@ from .planning import (
     plan,
     synthetic_graphdef,
 )
+from .replaying import REPLAY_VERSION, replay, save_replay
 
 __all__ = [
+    "REPLAY_VERSION",
     "STRATEGIES",
     "Analysis",
     "BudgetError",
@@ -59,7 +61,9 @@ __all__ = [
     "parse_bytes",
     "plan",
     "profile",
+    "replay",
     "rewrite",
+    "save_replay",
     "synthetic_graphdef",
     "trace",
     "trace_concrete",

@@ -7,6 +7,7 @@ import numpy.typing as npt
 
 __all__ = [
     "CoreAnalysis",
+    "REPLAY_VERSION",
     "CorePlan",
     "__version__",
     "analyze",
@@ -14,6 +15,7 @@ __all__ = [
     "device_presets",
     "export_problem",
     "plan",
+    "replay",
     "simulate_plan",
     "synthetic_graphdef",
 ]
@@ -100,3 +102,16 @@ def simulate_plan(
     profile: list[tuple[int, float]] | None = None,
     separate_buffers: bool = False,
 ) -> CorePlan: ...
+
+REPLAY_VERSION: int
+
+def replay(
+    data: bytes,
+    report_json: str,
+    device: str = "v100-nvlink2",
+    device_json: str | None = None,
+    loss: str | None = None,
+    persistent_bytes: int | None = None,
+    profile: list[tuple[int, float]] | None = None,
+    separate_buffers: bool = False,
+) -> str: ...

@@ -106,6 +106,18 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--report", metavar="DIR", help="write report.html, memory.png, streams.png")
     p.add_argument("--json", metavar="PLAN.json", help="write the plan as JSON")
 
+    p = sub.add_parser(
+        "replay",
+        help="write a plan's replay program (JSON) for experiments/gpu/runner.py",
+        description="Plans the step (or reads --plan) and writes the replay program: the "
+        "compute stream's ops with shapes and predicted times, every swap and clone, and the "
+        "predicted timeline (docs/gpu.md).",
+    )
+    _add_plan_args(p)
+    p.add_argument("--strategy", default="hybrid", choices=STRATEGIES)
+    p.add_argument("--plan", metavar="PLAN.json", help="replay this saved plan instead of planning")
+    p.add_argument("-o", "--output", required=True, help="where to write the replay (.json)")
+
     p = sub.add_parser("analyze", help="peak memory, persistent bytes, largest tensors at the peak")
     p.add_argument("graph")
     p.add_argument("--loss")
@@ -241,6 +253,30 @@ def _cmd_plan(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_replay(args: argparse.Namespace) -> int:
+    from .replaying import replay, save_replay
+
+    _check_out_dir(args.output)
+    options = {} if args.plan else _plan_options(args)
+    r = replay(
+        args.graph,
+        args.plan,
+        args.budget,
+        strategy=args.strategy,
+        device=args.device,
+        loss=args.loss,
+        **options,
+    )
+    save_replay(r, args.output)
+    p = r["predicted"]
+    print(
+        f"wrote {args.output}: {len(r['ops'])} ops, {len(r['swaps'])} swaps, "
+        f"{len(r['clones'])} recomputes; predicted step {p['step_time_s']:.4g} s, "
+        f"peak {p['peak_bytes']} bytes on {r['device']['name']}"
+    )
+    return 0
+
+
 def _cmd_compare(args: argparse.Namespace) -> int:
     from . import plan
     from ._progress import stages
@@ -371,6 +407,7 @@ _COMMANDS = {
     "plan": _cmd_plan,
     "analyze": _cmd_analyze,
     "compare": _cmd_compare,
+    "replay": _cmd_replay,
     "trace": _cmd_trace,
     "trial": _cmd_trial,
     "demo": _cmd_demo,
