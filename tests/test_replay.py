@@ -82,7 +82,7 @@ def test_a_saved_plan_replays_as_the_plan(step, tmp_path):
 def test_a_plan_of_another_graph_is_refused(step):
     path, _, plans = step
     other = pathlib.Path(__file__).parents[1] / "rust/core/tests/fixtures/small_cnn.pb"
-    with pytest.raises(InvalidArgumentError, match="another graph|no device bytes"):
+    with pytest.raises(InvalidArgumentError, match=r"another graph|no device bytes"):
         hybridplan.replay(other, plans["swap"], device="h200-pcie5")
     with pytest.raises(InvalidArgumentError, match="not a hybridplan plan report"):
         _core.replay(path.read_bytes(), '{"swaps": 1}')

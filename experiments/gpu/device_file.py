@@ -51,8 +51,15 @@ def device_file(results: dict, base: dict) -> dict:
     dev["name"] = f"{base['name']}-measured"
     if results.get("link"):
         dev.update(link_figures(results["link"]))
-    per_op = [o for w in results.get("runs", {}).values() if "none" in w for o in w["none"].get("per_op", [])]
-    compute = ratio(per_op, ("conv", "conv_backprop_input", "conv_backprop_filter", "matmul", "batch_matmul"))
+    per_op = [
+        o
+        for w in results.get("runs", {}).values()
+        if "none" in w
+        for o in w["none"].get("per_op", [])
+    ]
+    compute = ratio(
+        per_op, ("conv", "conv_backprop_input", "conv_backprop_filter", "matmul", "batch_matmul")
+    )
     memory = ratio(per_op, ("elementwise",))
     if compute:
         dev["flops_f32"] = base["flops_f32"] * compute

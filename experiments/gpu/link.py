@@ -41,8 +41,8 @@ def measure(sizes=SIZES, repeats: int = 5) -> dict:
             host2 = torch.empty(n, dtype=torch.uint8, pin_memory=pinned)
             row = {"bytes": n, "pinned": pinned}
             for name, fn in (
-                ("h2d", lambda: dev.copy_(host, non_blocking=True)),
-                ("d2h", lambda: host.copy_(dev, non_blocking=True)),
+                ("h2d", lambda d=dev, h=host: d.copy_(h, non_blocking=True)),
+                ("d2h", lambda d=dev, h=host: h.copy_(d, non_blocking=True)),
             ):
                 fn()
                 torch.cuda.synchronize()
@@ -66,7 +66,7 @@ def measure(sizes=SIZES, repeats: int = 5) -> dict:
             row["duplex_h2d_bytes_per_s"] = n / statistics.median(t[0] for t in ts)
             row["duplex_d2h_bytes_per_s"] = n / statistics.median(t[1] for t in ts)
             rows.append(row)
-        del dev, dev2
+        dev = dev2 = None  # give the memory back before the next size
     return {"sizes": rows, "device_name": torch.cuda.get_device_name()}
 
 

@@ -61,11 +61,21 @@ def _r(x: float | None) -> str:
 def link_table(res: dict | None) -> list[str]:
     rows = ["| direction | measured GB/s | preset GB/s | measured / preset |", "|---|---|---|---|"]
     if not res or not res.get("link"):
-        for d in ("H2D (pinned)", "D2H (pinned)", "duplex H2D + D2H", "H2D (pageable)", "D2H (pageable)"):
+        for d in (
+            "H2D (pinned)",
+            "D2H (pinned)",
+            "duplex H2D + D2H",
+            "H2D (pageable)",
+            "D2H (pageable)",
+        ):
             rows.append(f"| {d} | {NOT_YET} | | |")
         return rows
     preset = res.get("preset", {})
-    big = {r["pinned"]: r for r in res["link"]["sizes"] if r["bytes"] == max(x["bytes"] for x in res["link"]["sizes"])}
+    big = {
+        r["pinned"]: r
+        for r in res["link"]["sizes"]
+        if r["bytes"] == max(x["bytes"] for x in res["link"]["sizes"])
+    }
     p, q = big[True], big.get(False)
     ph, pd = preset.get("h2d_bandwidth"), preset.get("d2h_bandwidth")
     duplex = p["duplex_h2d_bytes_per_s"] + p["duplex_d2h_bytes_per_s"]
@@ -79,12 +89,17 @@ def link_table(res: dict | None) -> list[str]:
     ):
         rows.append(f"| {name} | {_gbs(m)} | {_gbs(ref)} | {_r(m / ref if m and ref else None)} |")
     rows.append("")
-    rows.append(f"At {p['bytes'] / 2**20:.0f} MiB per copy; by size in the results JSON (`link.sizes`).")
+    rows.append(
+        f"At {p['bytes'] / 2**20:.0f} MiB per copy; by size in the results JSON (`link.sizes`)."
+    )
     return rows
 
 
 def kernel_table(res: dict | None, workloads: list[str]) -> list[str]:
-    rows = ["| workload | op type | ops | predicted / measured (median) | worst |", "|---|---|---|---|---|"]
+    rows = [
+        "| workload | op type | ops | predicted / measured (median) | worst |",
+        "|---|---|---|---|---|",
+    ]
     if not res:
         for w in workloads:
             rows.append(f"| {w} | every known op type | {NOT_YET} | | |")
@@ -108,7 +123,8 @@ def kernel_table(res: dict | None, workloads: list[str]) -> list[str]:
 
 def step_table(res: dict | None, workloads: list[str]) -> list[str]:
     rows = [
-        "| workload | plan | step predicted s | step measured s | predicted / measured | peak predicted GiB | peak measured GiB | predicted / measured |",
+        "| workload | plan | step predicted s | step measured s | predicted / measured "
+        "| peak predicted GiB | peak measured GiB | predicted / measured |",
         "|---|---|---|---|---|---|---|---|",
     ]
     if not res:
@@ -134,19 +150,40 @@ def page(res: dict | None) -> str:
     workloads = ["resnet50", "transformer"]
     out = [HEAD]
     if res:
-        out.append(f"Measured on {res.get('gpu')} with PyTorch {res.get('torch')} (CUDA {res.get('cuda')}), "
-                   f"{res.get('elapsed_s')} s in all; the command is above.\n")
+        out.append(
+            f"Measured on {res.get('gpu')} with PyTorch {res.get('torch')} "
+            f"(CUDA {res.get('cuda')}), {res.get('elapsed_s')} s in all; the command is above.\n"
+        )
         if res.get("errors") or res.get("skipped"):
-            out.append(f"Errors: {[e['part'] for e in res.get('errors', [])]}; skipped: {res.get('skipped')}.\n")
+            out.append(
+                f"Errors: {[e['part'] for e in res.get('errors', [])]}; "
+                f"skipped: {res.get('skipped')}.\n"
+            )
     else:
-        out.append(f"**Status: {NOT_YET}.** No GPU has been lent to this project's sessions since the "
-                   "runner was written; every table below is empty until `run_gpu.py` has run once.\n")
-    out += ["## Link", "", *link_table(res), "", "## Kernels (the unplanned step)", "",
-            *kernel_table(res, workloads), "", "## Whole steps", "", *step_table(res, workloads), ""]
-    out.append("Op types the runner has no kernel for run a busy kernel of their predicted time: "
-               "their measured time checks the busy kernel, not the cost model. "
-               "Fallbacks (a known type whose shapes the runner could not map) are listed per run "
-               "in the results JSON (`fallbacks`).\n")
+        out.append(
+            f"**Status: {NOT_YET}.** No GPU has been lent to this project's sessions since the "
+            "runner was written; every table below is empty until `run_gpu.py` has run once.\n"
+        )
+    out += [
+        "## Link",
+        "",
+        *link_table(res),
+        "",
+        "## Kernels (the unplanned step)",
+        "",
+        *kernel_table(res, workloads),
+        "",
+        "## Whole steps",
+        "",
+        *step_table(res, workloads),
+        "",
+    ]
+    out.append(
+        "Op types the runner has no kernel for run a busy kernel of their predicted time: "
+        "their measured time checks the busy kernel, not the cost model. "
+        "Fallbacks (a known type whose shapes the runner could not map) are listed per run "
+        "in the results JSON (`fallbacks`).\n"
+    )
     return "\n".join(out)
 
 

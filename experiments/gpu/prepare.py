@@ -26,7 +26,11 @@ from hybridplan.replaying import replay, save_replay
 #: (name, model, keyword arguments): unplanned steps of ~10-30 GB on an H200.
 WORKLOADS = (
     ("resnet50", "resnet50", {"size": 224, "batch": 128}),
-    ("transformer", "transformer", {"seq": 2048, "d_model": 1024, "heads": 16, "layers": 8, "batch": 8}),
+    (
+        "transformer",
+        "transformer",
+        {"seq": 2048, "d_model": 1024, "heads": 16, "layers": 8, "batch": 8},
+    ),
 )
 STRATEGIES = ("swap", "recompute", "hybrid")
 FRACTIONS = (0.5, 0.6, 0.7, 0.8, 0.9)
@@ -42,16 +46,23 @@ def prepare(out: Path, device: str, workloads=WORKLOADS) -> dict:
         pb.write_bytes(traced.graph_def.SerializeToString())
         a = hybridplan.analyze(pb)
         act = a.peak_bytes - a.persistent_bytes
-        entry = {"model": model, "args": kw, "peak_bytes": a.peak_bytes,
-                 "persistent_bytes": a.persistent_bytes, "replays": {}}
+        entry = {
+            "model": model,
+            "args": kw,
+            "peak_bytes": a.peak_bytes,
+            "persistent_bytes": a.persistent_bytes,
+            "replays": {},
+        }
         none = replay(pb, budget=a.peak_bytes, strategy="hybrid", device=device, loss=traced.loss)
         save_replay(none, out / f"{name}-none.json")
         entry["replays"]["none"] = f"{name}-none.json"
         for f in FRACTIONS:
             budget = a.persistent_bytes + int(act * f)
             try:
-                plans = {s: hybridplan.plan(pb, budget, strategy=s, device=device, loss=traced.loss)
-                         for s in STRATEGIES}
+                plans = {
+                    s: hybridplan.plan(pb, budget, strategy=s, device=device, loss=traced.loss)
+                    for s in STRATEGIES
+                }
             except hybridplan.BudgetError:
                 continue
             entry["budget"], entry["fraction"] = budget, f
@@ -62,8 +73,10 @@ def prepare(out: Path, device: str, workloads=WORKLOADS) -> dict:
             break
         entry["prepare_s"] = round(time.perf_counter() - t0, 1)
         manifest["workloads"][name] = entry
-        print(f"{name}: peak {a.peak_bytes / 2**30:.2f} GiB, budget "
-              f"{entry.get('budget', 0) / 2**30:.2f} GiB, replays {sorted(entry['replays'])}")
+        print(
+            f"{name}: peak {a.peak_bytes / 2**30:.2f} GiB, budget "
+            f"{entry.get('budget', 0) / 2**30:.2f} GiB, replays {sorted(entry['replays'])}"
+        )
     (out / "manifest.json").write_text(json.dumps(manifest, indent=1))
     return manifest
 

@@ -90,7 +90,7 @@ def _check(obj: Any, fields: dict, where: str) -> None:
     for k, t in fields.items():
         if k not in obj:
             raise ReplayError(f"{where} lacks the field {k!r}: write the replay again")
-        if not isinstance(obj[k], t) or isinstance(obj[k], bool) and t is int:
+        if not isinstance(obj[k], t) or (isinstance(obj[k], bool) and t is int):
             raise ReplayError(f"{where}: {k!r} has the wrong type ({type(obj[k]).__name__})")
 
 
@@ -161,7 +161,11 @@ class Item:
 
     @property
     def key(self) -> tuple:
-        return (self.kind, self.index) if self.swap_in is None else (self.kind, self.index, self.swap_in)
+        return (
+            (self.kind, self.index)
+            if self.swap_in is None
+            else (self.kind, self.index, self.swap_in)
+        )
 
 
 @dataclass
@@ -197,7 +201,11 @@ def inplace_input(r: dict, lay: Layout, i: int) -> int | None:
     for slot in ip["slots"]:
         k = keys[slot]
         t = r["tensors"][o["inputs"][slot]["tensor"]]
-        if keys.count(k) != 1 or t["dtype"] != out["dtype"] or t["value_bytes"] != out["value_bytes"]:
+        if (
+            keys.count(k) != 1
+            or t["dtype"] != out["dtype"]
+            or t["value_bytes"] != out["value_bytes"]
+        ):
             continue
         if out["bytes"] == 0 or t["source"]:
             continue
@@ -225,7 +233,9 @@ def waits(r: dict) -> tuple[dict[tuple, list[tuple]], dict[int, int]]:
         for j, si in enumerate(s["ins"]):
             w[("in", k, j)] = [("out", k), ("op", op_of_node[si["trigger"]])]
     for i, o in enumerate(r["ops"]):
-        need = sorted({("in", x["swap"], x["index"]) for x in o["inputs"] if x["from"] == "swap_in"})
+        need = sorted(
+            {("in", x["swap"], x["index"]) for x in o["inputs"] if x["from"] == "swap_in"}
+        )
         if o.get("clone") is None:
             need += [("out", k) for k in releases.get(o["node"], [])]
         if need:

@@ -26,8 +26,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-import link  # noqa: E402
-import runner  # noqa: E402
+import link
+import runner
 
 ORDER = ("none", "swap", "recompute", "hybrid")
 
@@ -77,15 +77,22 @@ def main() -> int:
                 res.setdefault("preset", replay["device"])
                 out = runner.play(replay, "cuda", args.repeats)
                 if strategy == "none":
-                    out["profile"] = {str(o["node"]): o["measured_s"] for o in out["per_op"] if not o["clone"]}
+                    out["profile"] = {
+                        str(o["node"]): o["measured_s"] for o in out["per_op"] if not o["clone"]
+                    }
                 res["runs"][name][strategy] = out
             except Exception:
-                res["errors"].append({"part": f"{name}-{strategy}", "error": traceback.format_exc()[-2000:]})
+                res["errors"].append(
+                    {"part": f"{name}-{strategy}", "error": traceback.format_exc()[-2000:]}
+                )
             gc.collect()
             torch.cuda.empty_cache()
             save()
     save()
-    print(f"wrote {args.output} in {res['elapsed_s']} s; errors: {len(res['errors'])}, skipped: {res['skipped']}")
+    print(
+        f"wrote {args.output} in {res['elapsed_s']} s; "
+        f"errors: {len(res['errors'])}, skipped: {res['skipped']}"
+    )
     return 0
 
 

@@ -39,7 +39,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-import replay_program as rp  # noqa: E402
+import replay_program as rp
 
 try:
     import torch
@@ -198,11 +198,11 @@ def k_reduction(ins: list, outs: list[tuple]) -> list:
     for d in oshape:
         n *= d
     if n == 1:
-        return [x.sum().reshape(oshape)]
+        return [x.sum().reshape(oshape).to(outs[0][1])]
     axes = rp.reduce_axes(list(x.shape), oshape)
     if not axes:
         raise ValueError("not a reduction to the output's shape")
-    return [x.sum(dim=axes).reshape(oshape)]
+    return [x.sum(dim=axes).reshape(oshape).to(outs[0][1])]
 
 
 def k_softmax(ins: list, outs: list[tuple]) -> list:
@@ -235,7 +235,11 @@ def k_pool_grad(ins: list, outs: list[tuple]) -> list:
     dx = torch.empty([xshape[0], xshape[-1], *xshape[1:-1]], device=grad.device, dtype=odt)
     xs, ys = xshape[1:-1], list(grad.shape[1:-1])
     s = [max(a // b, 1) for a, b in zip(xs, ys, strict=True)]
-    fn = torch.ops.aten.avg_pool2d_backward if grad.dim() == 4 else torch.ops.aten.avg_pool3d_backward
+    fn = (
+        torch.ops.aten.avg_pool2d_backward
+        if grad.dim() == 4
+        else torch.ops.aten.avg_pool3d_backward
+    )
     out = fn(_nc(grad), dx, s, s, [0] * len(s), True, True, None)
     return [_nlast(out)]
 
@@ -276,6 +280,7 @@ class Player:
         #: CPU dry run: swapped tensors whose copy came back different.
         self.corrupted: list[int] = []
         self._sums: dict[int, float] = {}
+        self._vars: dict[int, Any] = {}
         self.cycles_per_s = self._calibrate_sleep() if self.cuda else 0.0
         self._setup()
 
@@ -319,8 +324,9 @@ class Player:
         n = 1
         for d in shape:
             n *= d
-        nbytes = n * torch.empty((), dtype=dt).element_size()
-        start = (self._carve + 255) // 256 * 256
+        size = torch.empty((), dtype=dt).element_size()
+        nbytes = n * size
+        start = (self._carve + size - 1) // size * size
         if start + nbytes > self.persistent.numel():
             return torch.full(shape, 0.5, dtype=dt, device=self.dev)
         self._carve = start + nbytes
@@ -351,7 +357,9 @@ class Player:
             for k in keys:
                 env[k] = self.fixed.get(k[-1])
             return
-        outs = [(_shape(self.tensors[t]), torch_dtype(self.tensors[t]["dtype"])) for t in o["outputs"]]
+        outs = [
+            (_shape(self.tensors[t]), torch_dtype(self.tensors[t]["dtype"])) for t in o["outputs"]
+        ]
         made = None
         kind = o.get("kernel")
         if kind is not None and all(x is not None for x in ins[: _needed(kind)]):
@@ -373,19 +381,28 @@ class Player:
                 env[k] = None
                 continue
             if y is not None and (list(y.shape) != spec[0] or y.dtype != spec[1]):
-                self.misshapen.setdefault(o["op"], f"{list(y.shape)} {y.dtype} for {spec[0]} {spec[1]}")
+                self.misshapen.setdefault(
+                    o["op"], f"{list(y.shape)} {y.dtype} for {spec[0]} {spec[1]}"
+                )
                 y = None
             if y is None:
-                y = self._alloc_like(t, spec, ins)
+                y = self._alloc_like(t, spec, ins, o)
             env[k] = y
 
-    def _alloc_like(self, t: int, spec: tuple, ins: list) -> Any:
+    def _alloc_like(self, t: int, spec: tuple, ins: list, op: dict) -> Any:
         tt = self.tensors[t]
         if tt["bytes"] == 0 and tt["owner"] != t:  # an alias: a view of its input
             for x in ins:
                 if x is not None and x.numel() == _numel(spec[0]) and x.dtype == spec[1]:
                     return x.reshape(spec[0])
         if tt["bytes"] == 0 and tt["value_bytes"] > 0 and tt["owner"] == t:
+            # A variable's value (a read of its handle): one view per variable.
+            handle = op["inputs"][0]["tensor"] if op["inputs"] else -t - 1
+            if handle not in self._vars:
+                self._vars[handle] = self._from_persistent(spec[0], spec[1])
+            v = self._vars[handle]
+            if list(v.shape) == spec[0] and v.dtype == spec[1]:
+                return v
             return self._from_persistent(spec[0], spec[1])
         return torch.empty(spec[0], dtype=spec[1], device=self.dev)
 
@@ -561,10 +578,24 @@ def _copies(r: dict, spans: dict) -> list[dict]:
     rows = []
     for k, s in enumerate(r["swaps"]):
         a, b = spans[("out", k)]
-        rows.append({"dir": "d2h", "bytes": s["bytes"], "predicted_s": s["end_s"] - s["start_s"], "measured_s": b - a})
+        rows.append(
+            {
+                "dir": "d2h",
+                "bytes": s["bytes"],
+                "predicted_s": s["end_s"] - s["start_s"],
+                "measured_s": b - a,
+            }
+        )
         for j, si in enumerate(s["ins"]):
             a, b = spans[("in", k, j)]
-            rows.append({"dir": "h2d", "bytes": s["bytes"], "predicted_s": si["end_s"] - si["start_s"], "measured_s": b - a})
+            rows.append(
+                {
+                    "dir": "h2d",
+                    "bytes": s["bytes"],
+                    "predicted_s": si["end_s"] - si["start_s"],
+                    "measured_s": b - a,
+                }
+            )
     return rows
 
 

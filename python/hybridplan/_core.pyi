@@ -6,8 +6,8 @@ import numpy as np
 import numpy.typing as npt
 
 __all__ = [
-    "CoreAnalysis",
     "REPLAY_VERSION",
+    "CoreAnalysis",
     "CorePlan",
     "__version__",
     "analyze",

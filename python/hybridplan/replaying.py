@@ -15,10 +15,9 @@ import os
 from pathlib import Path
 from typing import Any
 
-from . import _core
+from . import _core, planning
 from ._graphio import GraphLike, graph_bytes
 from .errors import InvalidArgumentError
-from . import planning
 from .planning import Plan, _device_args
 
 __all__ = ["REPLAY_VERSION", "replay", "save_replay"]
