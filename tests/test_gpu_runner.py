@@ -94,6 +94,10 @@ def test_kernel_parameters_from_shapes():
     assert rp.matmul_transposes([32, 10], [128, 10], [32, 128]) == (False, True)
     assert rp.matmul_transposes([32, 128], [32, 10], [128, 10]) == (True, False)
     assert rp.matmul_transposes([4, 32, 16], [4, 32, 16], [4, 32, 32]) == (False, True)
+    # ResNet-50's max pooling: 3x3 stride 2 VALID after explicit padding (18 -> 8).
+    assert rp.pool_geometry([18, 18], [8, 8]) == ([3, 3], [2, 2], False)
+    assert rp.pool_geometry([7, 7], [4, 4]) == ([2, 2], [2, 2], True)  # SAME only
+    assert rp.pool_geometry([5], [3]) == ([3], [1], False)  # VALID taken where both fit
     assert rp.channels_last([8, 56, 56, 64], [3, 3, 64, 64])
     assert not rp.channels_last([8, 64, 56, 56], [3, 3, 64, 32])
 

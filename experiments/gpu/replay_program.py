@@ -387,3 +387,28 @@ def median(xs: Iterable[float]) -> float:
         return float("nan")
     h = len(v) // 2
     return v[h] if len(v) % 2 else (v[h - 1] + v[h]) / 2
+
+
+def pool_geometry(x: list[int], y: list[int]) -> tuple[list[int], list[int], bool]:
+    """Window, stride and ceil mode of a pooling taking spatial sizes ``x`` to ``y``
+    (the graph keeps neither): per axis, the largest stride and then the smallest
+    window (from the stride up to stride + 2) with ``(x - k) // s + 1 == y``
+    (VALID, e.g. ResNet's 3x3 stride 2 after explicit padding); else the stride with
+    ``ceil(x / s) == y``, window = stride, ceil mode (SAME). Where both could be,
+    VALID is taken: the graph cannot tell them apart."""
+    ks, ss, ceil = [], [], False
+    for xi, yi in zip(x, y, strict=True):
+        best = None
+        for s in range(max(math.ceil(xi / max(yi, 1)), 1), 0, -1):
+            for k in range(s, s + 3):
+                if k <= xi and (xi - k) // s + 1 == yi:
+                    best = (k, s)
+                    break
+            if best:
+                break
+        if best is None:
+            s = next((s for s in range(1, xi + 1) if math.ceil(xi / s) == yi), 1)
+            best, ceil = (s, s), True
+        ks.append(best[0])
+        ss.append(best[1])
+    return ks, ss, ceil
