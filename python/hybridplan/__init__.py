@@ -32,8 +32,10 @@ from .planning import (
     plan,
     synthetic_graphdef,
 )
+from .replaying import REPLAY_VERSION, replay, save_replay
 
 __all__ = [
+    "REPLAY_VERSION",
     "STRATEGIES",
     "Analysis",
     "BudgetError",
@@ -63,7 +65,9 @@ __all__ = [
     "parse_bytes",
     "plan",
     "profile",
+    "replay",
     "rewrite",
+    "save_replay",
     "synthetic_graphdef",
     "trace",
     "trace_concrete",

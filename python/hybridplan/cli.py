@@ -171,6 +171,18 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--report", metavar="DIR", help="write report.html, memory.png, streams.png")
     p.add_argument("--json", metavar="PLAN.json", help="write the plan as JSON")
 
+    p = add(
+        "replay",
+        help="write a plan's replay program (JSON) for experiments/gpu/runner.py",
+        description="Plans the step (or reads --plan) and writes the replay program: the "
+        "compute stream's ops with shapes and predicted times, every swap and clone, and the "
+        "predicted timeline (docs/gpu.md).",
+    )
+    _add_plan_args(p)
+    _add_strategy(p)
+    p.add_argument("--plan", metavar="PLAN.json", help="replay this saved plan instead of planning")
+    p.add_argument("-o", "--output", required=True, help="where to write the replay (.json)")
+
     p = add("analyze", help="peak memory, persistent bytes, largest tensors at the peak")
     p.add_argument("graph", help="train-step GraphDef: binary .pb or text .pbtxt")
     _add_loss(p)
@@ -439,6 +451,31 @@ def _plan_words(p: Any) -> str:
     )
 
 
+def _cmd_replay(args: argparse.Namespace) -> int:
+    from ._files import check_outputs
+    from .replaying import replay, save_replay
+
+    check_outputs([args.output])
+    options = {} if args.plan else _plan_options(args)
+    r = replay(
+        args.graph,
+        args.plan,
+        args.budget,
+        strategy=args.strategy,
+        device=args.device,
+        loss=args.loss,
+        **options,
+    )
+    save_replay(r, args.output)
+    p = r["predicted"]
+    print(
+        f"wrote {args.output}: {len(r['ops'])} ops, {len(r['swaps'])} swaps, "
+        f"{len(r['clones'])} recomputes; predicted step {p['step_time_s']:.4g} s, "
+        f"peak {p['peak_bytes']} bytes on {r['device']['name']}"
+    )
+    return 0
+
+
 def _cmd_compare(args: argparse.Namespace) -> int:
     from . import plan
     from ._progress import stages
@@ -629,6 +666,7 @@ _COMMANDS = {
     "analyze": _cmd_analyze,
     "fit": _cmd_fit,
     "compare": _cmd_compare,
+    "replay": _cmd_replay,
     "trace": _cmd_trace,
     "trial": _cmd_trial,
     "demo": _cmd_demo,

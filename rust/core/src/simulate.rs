@@ -55,8 +55,10 @@
 mod layout;
 mod link;
 mod prep;
+mod reads;
 
 pub use layout::Layout;
+pub use reads::{stream_items, Read, StreamItem};
 
 use serde::{Deserialize, Serialize};
 

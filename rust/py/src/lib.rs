@@ -382,6 +382,36 @@ fn simulate_plan(
     })
 }
 
+/// The replay program of a plan, given as its report JSON, as JSON
+/// (`core::replay::replay_json`).
+#[pyfunction]
+#[pyo3(signature = (data, report_json, device="v100-nvlink2", device_json=None, loss=None, persistent_bytes=None, profile=None, separate_buffers=false))]
+#[allow(clippy::too_many_arguments)]
+fn replay(
+    py: Python<'_>,
+    data: &[u8],
+    report_json: &str,
+    device: &str,
+    device_json: Option<String>,
+    loss: Option<String>,
+    persistent_bytes: Option<u64>,
+    profile: Option<Vec<(u32, f64)>>,
+    separate_buffers: bool,
+) -> PyResult<String> {
+    let build = BuildOptions {
+        loss,
+        persistent_bytes,
+        separate_buffers,
+    };
+    let device = device.to_string();
+    let report_json = report_json.to_string();
+    let profile = profile.unwrap_or_default();
+    run(py, move || {
+        let dev = device_of(&device, device_json.as_deref())?;
+        core::replay::replay_json(data, &build, &dev, &report_json, &profile)
+    })
+}
+
 #[pymodule]
 fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<CoreAnalysis>()?;
@@ -393,6 +423,8 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(synthetic_graphdef, m)?)?;
     m.add_function(wrap_pyfunction!(export_problem, m)?)?;
     m.add_function(wrap_pyfunction!(simulate_plan, m)?)?;
+    m.add_function(wrap_pyfunction!(replay, m)?)?;
+    m.add("REPLAY_VERSION", core::replay::VERSION)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())
 }
