@@ -241,7 +241,13 @@ def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true", help="10^4 only, one run, no ResNet-152")
     ap.add_argument("--sizes", type=int, nargs="+", default=list(DEFAULT_SIZES))
-    ap.add_argument("--kind", default="mixed", choices=("mixed", "residual", "transformer"))
+    ap.add_argument(
+        "--kind",
+        nargs="+",
+        default=["mixed"],
+        choices=("mixed", "residual", "transformer", "dag", "narrow"),
+        help="synthetic kinds, each at every size, in one run (e.g. mixed narrow)",
+    )
     ap.add_argument("--repeat", type=int, default=3, help="runs per size (median)")
     ap.add_argument("--repeat-large", type=int, default=3, help="runs at >= 10^6 nodes")
     ap.add_argument("--no-resnet", action="store_true", help="skip the traced ResNet-152")
@@ -253,7 +259,7 @@ def main(argv: list[str] | None = None) -> None:
         if args.child == "resnet":
             out = child_resnet(args.repeat)
         else:
-            out = child_synthetic(int(args.child), args.kind, args.repeat)
+            out = child_synthetic(int(args.child), args.kind[0], args.repeat)
         print(json.dumps(out))
         return
 
@@ -261,10 +267,11 @@ def main(argv: list[str] | None = None) -> None:
     repeat = 1 if args.quick else args.repeat
     rows = []
     for n in sizes:
-        rep = args.repeat_large if n >= 1_000_000 else repeat
-        child = ["--child", str(n), "--kind", args.kind, "--repeat", str(rep)]
-        rows.append(_run_child(child, timeout=3600))
-        print(f"done: {rows[-1]['name']}", file=sys.stderr)
+        for kind in args.kind:
+            rep = args.repeat_large if n >= 1_000_000 else repeat
+            child = ["--child", str(n), "--kind", kind, "--repeat", str(rep)]
+            rows.append(_run_child(child, timeout=3600))
+            print(f"done: {rows[-1]['name']}", file=sys.stderr)
     if not (args.quick or args.no_resnet):
         rows.append(_run_child(["--child", "resnet", "--repeat", str(repeat)], timeout=3600))
         print(f"done: ResNet-152 (traced in {rows[-1]['trace_s']:.1f} s)", file=sys.stderr)

@@ -773,7 +773,9 @@ def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true", help="10^4 only, one run of each")
     ap.add_argument("--sizes", type=int, nargs="+", default=list(DEFAULT_SIZES))
-    ap.add_argument("--kind", default="mixed", choices=("mixed", "residual", "transformer"))
+    ap.add_argument(
+        "--kind", default="mixed", choices=("mixed", "residual", "transformer", "dag", "narrow")
+    )
     ap.add_argument("--levels", nargs="+", default=list(LEVELS), choices=LEVELS)
     ap.add_argument("--repeat", type=int, default=3, help="hybridplan runs (median)")
     ap.add_argument(

@@ -1,17 +1,22 @@
 //! Benchmarks of planning: the partition and option-building phases alone
-//! and the plan of every strategy, on synthetic train steps (`mixed` and the
-//! random layered `dag`) and on real traced `GraphDef`s.
+//! and the plan of every strategy, on synthetic train steps (`mixed`, the
+//! random layered `dag`, the `narrow` residual stack whose plans swap 6% of
+//! the nodes, and `transformer`, `hybrid` only) and on real traced
+//! `GraphDef`s. Each benched plan prints its size (swaps, recomputes,
+//! simulations) to stderr next to criterion's time.
 //!
 //!     cargo bench -p hybridplan-core --bench plan [-- FILTER]
 //!
 //! Groups, each with the graph's node count as its throughput (criterion
 //! reports nodes per second):
 //! - `plan_mixed_1e3` .. `plan_mixed_1e5`, `plan_dag_1e3` .. `plan_dag_1e5`,
-//!   and `_1e6` of both only with `HYBRIDPLAN_BENCH_1E6=1` (each 10^6
+//!   `plan_narrow_*` and `plan_transformer_*` (`hybrid` only) likewise,
+//!   and `_1e6` of each only with `HYBRIDPLAN_BENCH_1E6=1` (each 10^6
 //!   iteration takes seconds): `partition` (recompute units), `options`
 //!   (`Planner::new`: swap candidates, placed swaps, cut segments, recompute
 //!   options), then one bench per strategy (`tflms`, `swap`, `recompute`,
-//!   `chen`, `hybrid-paper`, `hybrid`; `dag_1e6`: `hybrid` only):
+//!   `chen`, `hybrid-paper`, `hybrid`; `dag_1e6`, `narrow_1e6`: `hybrid`
+//!   only):
 //!   `api::plan_analysis` on the analysed
 //!   graph (op times, options, the strategy, the release nodes and the final
 //!   simulations), and `hybrid_total`: `api::plan_bytes` from the serialized
@@ -154,6 +159,14 @@ fn record_plan(group: &str, bench: &str, a: &Analysis, dev: &DeviceModel, opts: 
             fact.insert("evaluations".into(), r.evaluations.into());
             fact.insert("swap_options".into(), r.swap_options.into());
             fact.insert("recompute_options".into(), r.recompute_options.into());
+            // The plan's size next to the time criterion prints.
+            eprintln!(
+                "{group}/{bench}: plan of {} swaps, {} recomputes ({} nodes, {} simulations)",
+                r.swaps.len(),
+                r.recomputes.len(),
+                a.graph.num_nodes(),
+                r.evaluations
+            );
         }
         Err(e) => {
             fact.insert("ok".into(), false.into());
@@ -176,6 +189,7 @@ fn bench_options(
         Ok(Verdict {
             peak_bytes: r.peak_bytes,
             step_time_s: r.step_time_s,
+            host_peak_bytes: hybridplan_core::host::host_memory(&a.graph, p, &r).peak_bytes,
         })
     };
     group.bench_function("options", |b| {
@@ -217,8 +231,12 @@ fn group<'c>(c: &'c mut Criterion, name: &str, nodes: u64) -> BenchmarkGroup<'c,
 /// Every phase and strategy on one synthetic size.
 fn bench_synthetic(c: &mut Criterion, dev: &DeviceModel, kind: SynthKind, tag: &str) {
     for (label, target) in sizes() {
-        // The DAG at 10^6 plans `hybrid` only (each strategy costs seconds).
-        let strategies: &[Strategy] = if kind == SynthKind::Dag && target >= 1_000_000 {
+        // The DAG and the narrow residual stack at 10^6, and the transformer
+        // stack at every size, plan `hybrid` only (each strategy costs
+        // seconds at 10^6).
+        let hybrid_only = kind == SynthKind::Transformer
+            || (matches!(kind, SynthKind::Dag | SynthKind::Narrow) && target >= 1_000_000);
+        let strategies: &[Strategy] = if hybrid_only {
             &[Strategy::Hybrid]
         } else {
             &STRATEGIES
@@ -302,6 +320,8 @@ fn benches(c: &mut Criterion) {
     let dev = preset(DEVICE).expect("device preset");
     bench_synthetic(c, &dev, SynthKind::Mixed, "mixed");
     bench_synthetic(c, &dev, SynthKind::Dag, "dag");
+    bench_synthetic(c, &dev, SynthKind::Narrow, "narrow");
+    bench_synthetic(c, &dev, SynthKind::Transformer, "transformer");
     bench_real(c, &dev);
 }
 

@@ -143,6 +143,40 @@ def cases():
     yield "missing file", lambda: hybridplan.analyze("/no/such.pb")
     yield "a directory", lambda: hybridplan.analyze(tmp)
     yield "not a graph at all (an int)", lambda: hybridplan.analyze(42)
+    yield "synthetic graph of 2^56 nodes", lambda: hybridplan.synthetic_graphdef(2**56)
+    yield "synthetic batch -1", lambda: hybridplan.synthetic_graphdef(100, batch=-1)
+    yield "persistent_bytes=-1", lambda: hybridplan.analyze(FIXTURE, persistent_bytes=-1)
+    yield "live_at_peak(-1)", lambda: hybridplan.analyze(FIXTURE).live_at_peak(-1)
+    yield "profile={-1: 1e-3}", lambda: hybridplan.plan(FIXTURE, "1GiB", profile={-1: 1e-3})
+    yield "profile=[1, 2]", lambda: hybridplan.plan(FIXTURE, "1GiB", profile=[1, 2])
+    yield (
+        "tflms threshold 2^40",
+        lambda: hybridplan.plan(FIXTURE, "1GiB", tflms={"threshold": 2**40}),
+    )
+    yield (
+        "device memory_bytes=2^70",
+        lambda: hybridplan.plan(
+            FIXTURE, "auto", device=hybridplan.device_model("cpu", memory_bytes=2**70)
+        ),
+    )
+    yield (
+        "device flops_f32=NaN",
+        lambda: hybridplan.plan(
+            FIXTURE, "1GiB", device=hybridplan.device_model("cpu", flops_f32=math.nan)
+        ),
+    )
+    yield "separate_buffers=1", lambda: hybridplan.plan(FIXTURE, "1GiB", separate_buffers=1)
+    yield "loss=5", lambda: hybridplan.plan(FIXTURE, "1GiB", loss=5)
+    partial = tmp / "partial.json"
+    partial.write_text('{"swaps": [')
+    yield "Plan.load of a partial JSON file", lambda: hybridplan.Plan.load(partial)
+    binary = tmp / "binary.json"
+    binary.write_bytes(b"\xff\xfe\x00binary")
+    yield "Plan.load of binary bytes", lambda: hybridplan.Plan.load(binary)
+    yield (
+        "rewrite(gd, None)",
+        lambda: hybridplan.rewrite(graph_pb2.GraphDef.FromString(FIXTURE), None),
+    )
 
 
 def _varint(n: int) -> bytes:

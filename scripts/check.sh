@@ -16,8 +16,8 @@ cargo clippy --workspace --all-targets -- -D warnings
 cargo test --workspace -q
 
 step "python: ruff, stubs"
-"$PY" -m ruff check python tests benches scripts
-"$PY" -m ruff format --check python tests benches scripts
+"$PY" -m ruff check python tests benches scripts experiments
+"$PY" -m ruff format --check python tests benches scripts experiments
 "$PY" -m mypy.stubtest hybridplan._core
 
 step "pytest"

@@ -237,7 +237,7 @@ def test_analyze_resnet50_at_224():
     assert len(top) == 5 and top[0].bytes >= top[-1].bytes > 0
 
 
-@pytest.mark.parametrize("kind", ["residual", "transformer", "mixed", "dag"])
+@pytest.mark.parametrize("kind", ["residual", "transformer", "mixed", "dag", "narrow"])
 def test_synthetic_steps_are_graphs_tensorflow_accepts(kind):
     """The generator's GraphDefs import into TensorFlow and analyse as training
     steps: forward, backward and update parts, a loss, a peak above the variables."""

@@ -7,8 +7,10 @@ import dataclasses
 
 import numpy as np
 import pytest
+from tensorflow.core.framework import graph_pb2
 
 import hybridplan
+from graphs import FLOAT, node
 from hybridplan import models
 from hybridplan.runner import compile_step
 
@@ -215,3 +217,76 @@ def test_dropout_model_stays_bit_identical():
         for step_a, step_b in zip(base_grads, new_grads, strict=True):
             assert all(np.array_equal(x, y) for x, y in zip(step_a, step_b, strict=True))
         assert all(np.array_equal(x, y) for x, y in zip(base_weights, new_weights, strict=True))
+
+
+def _identity_n_chain(t_list: bool):
+    """x -> MatMul -> IdentityN -> Tanh -> MatMul -> Tanh -> MatMul -> loss, the backward
+    ops reading the IdentityN's output last. ``t_list``: its ``T`` is a list of types, as
+    TensorFlow requires (else a single type: a malformed node)."""
+    gd = graph_pb2.GraphDef()
+    sq = [[64, 64]]
+    for name in ("x", "w"):
+        node(gd, name, "Placeholder", [], sq)
+        gd.node[-1].attr["dtype"].type = FLOAT
+    node(gd, "f0", "MatMul", ["x", "w"], sq)
+    node(gd, "f1", "IdentityN", ["f0"], sq)
+    if t_list:
+        gd.node[-1].attr["T"].list.type.append(FLOAT)
+    for name, op, inputs in [
+        ("f2", "Tanh", ["f1"]),
+        ("f3", "MatMul", ["f2", "w"]),
+        ("f4", "Tanh", ["f3"]),
+        ("f5", "MatMul", ["f4", "w"]),
+    ]:
+        node(gd, name, op, inputs, sq)
+    node(gd, "axes", "Const", [], [[2]])
+    node(gd, "loss", "Sum", ["f5", "axes"], [[]])
+    node(gd, "seed", "Const", [], sq)
+    for name, inputs in [("b0", ["seed", "f4"]), ("b1", ["b0", "f2"]), ("b2", ["b1", "f1"])]:
+        node(gd, name, "Mul", inputs, sq)
+    node(gd, "out", "Identity", ["loss"], [[]])
+    node(gd, "outg", "Identity", ["b2"], sq)
+    return gd
+
+
+def test_a_recompute_through_an_identity_n_applies():
+    gd = _identity_n_chain(t_list=True)
+    a = hybridplan.analyze(gd, loss="loss")
+    budget = a.persistent_bytes + a.activation_peak_bytes * 9 // 10
+    r = hybridplan.apply(gd, budget, strategy="chen", loss="loss", min_bytes=256, device="cpu")
+    cloned = {gd.node[v].name for rec in r.plan.recomputes for v in rec["nodes"]}
+    assert "f1" in cloned and r.summary.rewired > 0
+    assert hybridplan.analyze(r.graph_def, loss="loss").peak_bytes <= budget
+
+
+@pytest.mark.parametrize("strategy", ["chen", "hybrid"])
+def test_plan_refuses_an_identity_n_that_apply_could_not_rewrite(strategy):
+    # Its T is one type, not a list (TensorFlow refuses the node): plan() used to plan
+    # it, chen recomputing it and hybrid swapping its output, and apply() then failed
+    # with "recomputes[0]: consumer 'b2' reads none of [...]" / "swaps[0]: node 'f1'
+    # (op IdentityN) has 0 output(s)", blaming the plan.
+    gd = _identity_n_chain(t_list=False)
+    a = hybridplan.analyze(_identity_n_chain(t_list=True), loss="loss")
+    budget = a.persistent_bytes + a.activation_peak_bytes * 9 // 10
+    bad = r"node 'f1' \(op IdentityN\) has 1 data inputs but its attribute T is not a list"
+    with pytest.raises(hybridplan.InvalidGraphError, match=bad):
+        hybridplan.plan(gd, budget, strategy=strategy, loss="loss", min_bytes=256, device="cpu")
+    with pytest.raises(hybridplan.InvalidGraphError, match=bad):
+        hybridplan.apply(gd, budget, strategy=strategy, loss="loss", min_bytes=256, device="cpu")
+
+
+def test_a_graph_tensorflow_rejects_is_the_graphs_error_not_the_plans():
+    """Found by benches/fuzz_structured.py (execution 70639): a node whose op has no
+    outputs (NoOp) but whose output 0 is read. The core plans from structure, without
+    TensorFlow's op registry, and swapped that output; the rewrite's error blamed the
+    plan ("swaps[7]: ... has 0 output(s)"). It is the graph's, in TensorFlow's words."""
+    from tensorflow.core.framework import graph_pb2
+
+    gd = graph_pb2.GraphDef.FromString(
+        hybridplan.synthetic_graphdef(120, "mixed", batch=2, size=8, channels=8)
+    )
+    next(n for n in gd.node if n.name == "model/block0/conv2/bn/batchnorm/mul").op = "NoOp"
+    p = hybridplan.plan(gd, 41242, strategy="tflms", min_bytes=1024)
+    assert p.swaps
+    with pytest.raises(hybridplan.InvalidGraphError, match="TensorFlow does not accept this graph"):
+        hybridplan.apply(gd, 41242, strategy="tflms", min_bytes=1024)

@@ -87,6 +87,46 @@ def test_device_from_a_dict_and_a_file(tmp_path):
         hybridplan.plan(FIXTURE, "auto", device=dev)
 
 
+_RATES = ("flops_f32", "flops_f16", "flops_f64", "flops_int", "mem_bandwidth")
+_LINK = ("h2d_bandwidth", "d2h_bandwidth")
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "valid"),
+    [(f, 1e-300, "at least 1 per second") for f in _RATES + _LINK]
+    + [(f, 1e300, r"in \[0, 1e6\]") for f in ("launch_overhead_s", "link_latency_s")]
+    + [("duplex_factor", 1e-300, r"in \[0.01, 1\]")],
+)
+def test_a_device_that_makes_the_step_time_infinite_is_refused(synth, field, value, valid):
+    # Each value passed validation before. On this graph flops_f32 and mem_bandwidth made
+    # both step times infinite (JSON null, repr(plan) a TypeError); flops_int and
+    # launch_overhead_s made them above 1e300 s (infinite with more ops); the others do
+    # on a graph that computes in that dtype or swaps, and the planner avoided them here.
+    data, a = synth
+    budget = a.persistent_bytes + (a.peak_bytes - a.persistent_bytes) * 3 // 4
+    dev = hybridplan.device_model("a100-pcie4", **{field: value})
+    with pytest.raises(hybridplan.InvalidArgumentError, match=rf"field {field} is .*{valid}"):
+        hybridplan.plan(data, budget, device=dev, min_bytes=1024)
+
+
+def test_the_slowest_valid_device_gives_finite_times(synth):
+    data, a = synth
+    budget = a.persistent_bytes + (a.peak_bytes - a.persistent_bytes) * 3 // 4
+    slowest = {f: 1.0 for f in _RATES + _LINK}
+    dev = hybridplan.device_model(
+        "a100-pcie4",
+        name="slowest",
+        launch_overhead_s=1e6,
+        link_latency_s=1e6,
+        duplex_factor=0.01,
+        **slowest,
+    )
+    p = hybridplan.plan(data, budget, device=dev, min_bytes=1024)
+    json.dumps(p.report, allow_nan=False)  # every figure finite
+    assert math.isfinite(p.planned.step_time_s) and math.isfinite(p.original.step_time_s)
+    assert "step " in repr(p)
+
+
 def test_presets_exist():
     names = hybridplan.device_presets()
     for required in ("v100-nvlink2", "a100-pcie4", "h100-pcie5", "h200-pcie5", "gh200-c2c", "cpu"):

@@ -322,7 +322,7 @@ def test_verify_reports_nodes_grappler_removed(case):
         del node.attr[DO_NOT_REMOVE]
     case.restore()
     step = compile_step(case.traced, naked)
-    with pytest.warns(RuntimeWarning, match="did not keep"):
+    with pytest.warns(RuntimeWarning, match="did not run the rewritten step as planned"):
         report = verify(step, out.summary, *case.w.batch(0), on_missing="warn")
     assert report.missing and not report.ok
     with pytest.raises(NodesRemovedError) as info:

@@ -257,3 +257,25 @@ def test_budget_and_fraction_are_exclusive():
         trial(models.build("small_cnn"), "1MiB", fraction=0.5)
     with pytest.raises(InvalidArgumentError, match="fraction"):
         trial(models.build("small_cnn"), fraction=1.5)
+
+
+def test_an_unreachable_fraction_names_the_smallest_reachable_one():
+    """small_cnn's peak is mostly buffers no plan can free: 0.6 is out of reach, and
+    the error says which fraction is reachable (it used to say only bytes)."""
+    from hybridplan import BudgetError
+
+    with pytest.raises(BudgetError, match=r"pass fraction=0\.\d+ or more, or omit it") as e:
+        trial(models.build("small_cnn"), fraction=0.6)
+    assert e.value.best_peak > e.value.budget
+
+
+def test_the_default_fraction_falls_back_to_a_reachable_one_and_prints_briefly():
+    """The README's short example, as written there, on the model it suggests: no
+    fraction, the smallest reachable one when 0.7 is out of reach; print(t) is a
+    sentence, not every weight array."""
+    t = trial(models.build("small_cnn"))
+    assert t.same_losses and t.same_weights
+    assert 0.7 < t.fraction < 1 and "no plan reaches 70%" in t.note
+    text = repr(t)
+    assert text.startswith("Trial('hybrid': losses and weights equal bit for bit")
+    assert len(text) < 400 and "array(" not in text

@@ -16,6 +16,7 @@ from typing import Any
 from .analysis import Analysis, LiveTensor, analyze
 from .errors import (
     BudgetError,
+    HostBudgetError,
     HybridplanError,
     InvalidArgumentError,
     InvalidGraphError,
@@ -31,11 +32,15 @@ from .planning import (
     plan,
     synthetic_graphdef,
 )
+from .replaying import REPLAY_VERSION, replay, save_replay
 
 __all__ = [
+    "REPLAY_VERSION",
     "STRATEGIES",
     "Analysis",
     "BudgetError",
+    "Fit",
+    "HostBudgetError",
     "HybridplanError",
     "InvalidArgumentError",
     "InvalidGraphError",
@@ -53,13 +58,16 @@ __all__ = [
     "compile_step",
     "device_model",
     "device_presets",
+    "fit",
     "function",
     "keras_step",
     "measure",
     "parse_bytes",
     "plan",
     "profile",
+    "replay",
     "rewrite",
+    "save_replay",
     "synthetic_graphdef",
     "trace",
     "trace_concrete",
@@ -87,6 +95,8 @@ _LAZY = {
     "profile": "profiling",
     "Profile": "profiling",
     "calibrate": "profiling",
+    "fit": "fitting",
+    "Fit": "fitting",
 }
 # Submodules that need TensorFlow, importable as attributes (``hybridplan.models``).
 # (``trial`` is not one: its module shares the function's name, so the function is

@@ -6,6 +6,7 @@ import numpy as np
 import numpy.typing as npt
 
 __all__ = [
+    "REPLAY_VERSION",
     "CoreAnalysis",
     "CorePlan",
     "__version__",
@@ -14,6 +15,7 @@ __all__ = [
     "device_presets",
     "export_problem",
     "plan",
+    "replay",
     "simulate_plan",
     "synthetic_graphdef",
 ]
@@ -80,6 +82,7 @@ def plan(
     separate_buffers: bool = False,
     workspace: str | None = None,
     workspace_profile: list[tuple[str, int]] | None = None,
+    host_budget: int | None = None,
 ) -> CorePlan: ...
 def device_preset(name: str) -> str: ...
 def device_presets() -> list[str]: ...
@@ -112,3 +115,18 @@ def simulate_plan(
     workspace: str | None = None,
     workspace_profile: list[tuple[str, int]] | None = None,
 ) -> CorePlan: ...
+
+REPLAY_VERSION: int
+
+def replay(
+    data: bytes,
+    report_json: str,
+    device: str = "v100-nvlink2",
+    device_json: str | None = None,
+    loss: str | None = None,
+    persistent_bytes: int | None = None,
+    profile: list[tuple[int, float]] | None = None,
+    separate_buffers: bool = False,
+    workspace: str | None = None,
+    workspace_profile: list[tuple[str, int]] | None = None,
+) -> str: ...

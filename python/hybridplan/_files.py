@@ -1,28 +1,101 @@
-"""Atomic file writes: a failed or interrupted write leaves no partial file."""
+"""Output files: checked before the work, written all or none, atomically.
+
+- :func:`check_outputs` tells, before any work starts, whether every output
+  path can be written (its directory exists and is writable, a file path is
+  not a directory, a report directory is not a file), so that a command never
+  fails after minutes of tracing or planning, or after writing half of its
+  outputs.
+- :func:`write_all` writes several files all or none: every file goes to a
+  temporary file beside its destination first; only when all are written are
+  they renamed into place (a rename within a directory does not fail for want
+  of space), and on any error the temporaries are removed.
+- Files get the mode an ordinary ``open(path, "w")`` would give them: the
+  existing file's mode when overwriting, else ``0o666`` less the umask
+  (``mkstemp`` alone would make them ``0o600``).
+"""
 
 from __future__ import annotations
 
 import os
+import stat
 import tempfile
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 from .errors import InvalidArgumentError
 
-__all__ = ["atomic_write"]
+__all__ = ["atomic_write", "check_outputs", "write_all"]
+
+
+def _umask() -> int:
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def _mode_for(path: Path) -> int:
+    try:
+        return stat.S_IMODE(path.stat().st_mode)
+    except OSError:
+        return 0o666 & ~_umask()
+
+
+def check_outputs(
+    files: Iterable[str | os.PathLike] = (), dirs: Iterable[str | os.PathLike] = ()
+) -> None:
+    """Raises :class:`InvalidArgumentError` unless every file in ``files`` and every
+    directory in ``dirs`` (created later if missing) can be written."""
+    for f in files:
+        path = Path(f)
+        if path.is_dir():
+            raise InvalidArgumentError(f"the output {path} is a directory: name a file")
+        _writable_dir(path.parent if str(path.parent) else Path("."), f"the output {path}")
+    for d in dirs:
+        path = Path(d)
+        if path.exists() and not path.is_dir():
+            raise InvalidArgumentError(f"the report directory {path} is a file: name a directory")
+        existing = path
+        while not existing.exists():
+            existing = existing.parent
+        _writable_dir(existing, f"the report directory {path}")
+
+
+def _writable_dir(d: Path, what: str) -> None:
+    if not d.is_dir():
+        raise InvalidArgumentError(f"{what}: the directory {d} does not exist")
+    if not os.access(d, os.W_OK | os.X_OK):
+        raise InvalidArgumentError(f"{what}: the directory {d} is not writable")
+
+
+def write_all(files: Mapping[Path, bytes]) -> None:
+    """Writes every ``path: data`` pair, all or none (see the module docstring)."""
+    temps: list[tuple[str, Path]] = []
+    try:
+        for path, data in files.items():
+            path = Path(path)
+            if not path.parent.is_dir():
+                raise InvalidArgumentError(f"the directory {path.parent} does not exist")
+            mode = _mode_for(path)
+            fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+            temps.append((tmp, path))
+            with os.fdopen(fd, "wb") as f:
+                os.fchmod(f.fileno(), mode)
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+        for tmp, path in temps:
+            os.replace(tmp, path)
+    except OSError as e:
+        for tmp, _ in temps:
+            Path(tmp).unlink(missing_ok=True)
+        where = e.filename or ", ".join(str(p) for p in files)
+        raise InvalidArgumentError(f"cannot write {where}: {e.strerror or e}") from None
+    except BaseException:
+        for tmp, _ in temps:
+            Path(tmp).unlink(missing_ok=True)
+        raise
 
 
 def atomic_write(path: Path, data: bytes) -> None:
     """Writes ``data`` to a temporary file beside ``path``, then renames it."""
-    path = Path(path)
-    if not path.parent.is_dir():
-        raise InvalidArgumentError(f"the directory {path.parent} does not exist")
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    write_all({Path(path): data})

@@ -48,16 +48,41 @@ def _raw_bytes(graph: GraphLike) -> tuple[bytes, str | None]:
     )
 
 
+#: Largest graph file read: protobuf's limit on one message (2 GiB). Reading
+#: stops there, so a device or a pipe that never ends (``/dev/zero``) gets an
+#: error instead of filling memory.
+MAX_GRAPH_BYTES = 2**31
+
+
 def _read_file(path: Path) -> bytes:
     try:
-        data = path.read_bytes()
+        with open(path, "rb") as f:
+            size = os.fstat(f.fileno()).st_size  # 0 for a device or a pipe: read to the limit
+            data = b"" if size > MAX_GRAPH_BYTES else _read_bounded(f, MAX_GRAPH_BYTES + 1)
     except FileNotFoundError:
         raise InvalidArgumentError(f"no such file: {path}") from None
     except OSError as e:
         raise InvalidArgumentError(f"cannot read {path}: {e.strerror}") from None
+    if size > MAX_GRAPH_BYTES or len(data) > MAX_GRAPH_BYTES:
+        raise InvalidGraphError(
+            f"{path} holds more than {MAX_GRAPH_BYTES} bytes, protobuf's limit for a "
+            "GraphDef: pass a binary .pb or text .pbtxt file of one training step"
+        )
     if path.suffix in (".pbtxt", ".txt") or _looks_like_text(data):
         return _text_to_binary(data, path)
     return data
+
+
+def _read_bounded(f: Any, limit: int) -> bytes:
+    """At most ``limit`` bytes of ``f``, in 16 MiB chunks (no allocation of ``limit``)."""
+    chunks, n = [], 0
+    while n < limit:
+        chunk = f.read(min(1 << 24, limit - n))
+        if not chunk:
+            break
+        chunks.append(chunk)
+        n += len(chunk)
+    return b"".join(chunks)
 
 
 def _looks_like_text(data: bytes) -> bool:

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from . import _core
+from . import _args, _core
 from ._backend import workspace_rule
 from ._graphio import GraphLike, graph_bytes
 from .planning import workspace_overrides
@@ -107,7 +107,8 @@ class Analysis:
         return dict(self._core.phase_counts())
 
     def live_at_peak(self, k: int = 10) -> list[LiveTensor]:
-        """The ``k`` largest tensors live at the peak, largest first."""
+        """The ``k`` largest tensors live at the peak, largest first (``k >= 0``)."""
+        k = _args.count(k, "k (how many tensors to list)", high=_args.U32_MAX)
         return [
             LiveTensor(name, nbytes, dtype, tuple(shape), op)
             for name, nbytes, dtype, shape, op in self._core.live_at_peak(k)
@@ -151,11 +152,15 @@ def analyze(
     Raises:
         InvalidGraphError: malformed bytes, cycles, missing inputs.
         ShapeError: a tensor of unknown shape.
+        InvalidArgumentError: an argument of the wrong type or out of range.
 
     Example:
         >>> a = hybridplan.analyze("step.pb")  # doctest: +SKIP
         >>> a.peak_bytes, a.live_at_peak(3)  # doctest: +SKIP
     """
+    loss = _args.tensor_name(loss)
+    persistent_bytes = _args.optional_count(persistent_bytes, "persistent_bytes")
+    separate_buffers = _args.flag(separate_buffers, "separate_buffers")
     data, traced_loss = graph_bytes(graph)
     return Analysis(
         _core.analyze(

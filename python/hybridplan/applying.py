@@ -10,7 +10,7 @@ from typing import Any
 from ._graphio import GraphLike, graph_bytes
 from .planning import Plan, plan
 
-__all__ = ["PlannedStep", "Result", "apply", "function", "keras_step"]
+__all__ = ["PlannedStep", "Result", "apply", "function", "keras_step", "rewrite_plan"]
 
 
 @dataclass(frozen=True)
@@ -65,8 +65,6 @@ def apply(
     """
     from tensorflow.core.framework import graph_pb2
 
-    from .rewriting import rewrite_with_summary
-
     data, traced_loss = graph_bytes(graph_def)
     p = plan(
         data,
@@ -84,9 +82,51 @@ def apply(
         report["inserted"] = {"swap_out": 0, "swap_in": 0, "clones": 0}
         report["note"] = "the step already fits the budget: nothing to plan, graph unchanged"
         return Result(source, p, report, None)
-    out = rewrite_with_summary(source, p.rewrite_spec(), target=target)
+    out = rewrite_plan(source, p, target)
     report["inserted"] = out.summary.counts
     return Result(out.graph_def, p, report, out.summary)
+
+
+def rewrite_plan(source: Any, p: Plan, target: str = "gpu") -> Any:
+    """Writes the planner's plan ``p`` into a copy of ``source`` (the GraphDef it was
+    planned from): :func:`hybridplan.rewriting.rewrite_with_summary`.
+
+    The core plans from the graph's structure and shapes, without TensorFlow's op
+    registry; a graph TensorFlow itself would not import (a node without an
+    attribute its op requires, a read of an output its op does not have, an op
+    TensorFlow does not know) can get a plan that cannot be written. Then the
+    error is the graph's, said in TensorFlow's words, not the plan's.
+
+    Raises:
+        InvalidGraphError: TensorFlow rejects ``source``.
+        InvalidArgumentError, UnsupportedGraphError: see ``rewrite_with_summary``.
+    """
+    from .errors import InvalidArgumentError, InvalidGraphError, UnsupportedGraphError
+    from .rewriting import rewrite_with_summary
+
+    try:
+        return rewrite_with_summary(source, p.rewrite_spec(), target=target)
+    except (InvalidArgumentError, UnsupportedGraphError) as e:
+        problem = tensorflow_rejects(source)
+        if problem is None:
+            raise
+        raise InvalidGraphError(
+            f"TensorFlow does not accept this graph ({problem}), so the plan cannot be "
+            f"written into it ({e}); export the step again with as_graph_def(add_shapes=True)"
+        ) from None
+
+
+def tensorflow_rejects(graph_def: Any) -> str | None:
+    """TensorFlow's reason for refusing to import ``graph_def``, or None when it imports.
+    O(graph) in C++; called only on the error path."""
+    import tensorflow as tf
+
+    try:
+        with tf.Graph().as_default():
+            tf.graph_util.import_graph_def(graph_def, name="")
+    except Exception as e:  # any refusal is the answer asked for
+        return " ".join(str(e).split())[:300]
+    return None
 
 
 class PlannedStep:

@@ -1,17 +1,26 @@
-"""The ``hybridplan`` command line.
+"""Plan which activations of a TensorFlow training step to swap to host memory or
+recompute so that it fits a device memory budget, and write the plan back into
+its GraphDef as real ops.
+
+Start with ``hybridplan demo``, or ``hybridplan trace small_cnn -o step.pb``,
+then ``hybridplan analyze step.pb`` and ``hybridplan compare step.pb --budget
+200KiB``; ``hybridplan COMMAND --help`` lists each command's options.
 
 Exit codes: 0 success; 2 usage error; 3 bad input (unreadable or invalid
 graph, bad argument); 4 unsupported graph; 5 no plan fits the budget;
 6 (``trial``) the rewritten step differed from the original or its measured
-peak exceeded the budget; 1 any other hybridplan error.
+peak exceeded the budget; 1 any other hybridplan error; 141 the output pipe
+was closed (``hybridplan analyze step.pb | head``).
 """
 
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from .errors import (
     BudgetError,
@@ -28,6 +37,28 @@ EXIT_BAD_INPUT = 3
 EXIT_UNSUPPORTED = 4
 EXIT_BUDGET = 5
 EXIT_MISMATCH = 6
+
+
+#: Input size and batch of each reference model when --size/--batch are omitted.
+_MODEL_DEFAULTS = (
+    "the model's own: resnet50/resnet152 224x224 batch 2, deeplabv3plus 512 batch 1, "
+    "unet3d 32^3 batch 1, transformer 128 tokens batch 2, small_cnn 16 batch 2, "
+    "small_resnet 32 batch 8"
+)
+
+
+class _Help(argparse.RawDescriptionHelpFormatter):
+    """Every option's default after its help (unless the help states it, or there
+    is none to state); descriptions keep their line breaks."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        d = action.default
+        if "default" in text or d in (None, [], False, argparse.SUPPRESS):
+            return text
+        if not action.option_strings:
+            return text
+        return f"{text} (default: {d})"
 
 
 #: Reference models of ``hybridplan.models`` (listed here so --help needs no TensorFlow).
@@ -47,35 +78,62 @@ def _add_plan_args(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--budget",
         default="auto",
-        help="device memory the step may use, e.g. 16GiB, 32GB, or 'auto' (default)",
+        help="device memory the step may use, variables included, e.g. 16GiB, 32GB, "
+        "123456789; 'auto' is the device's memory less an 8%% reserve",
     )
     p.add_argument(
         "--device",
         default="v100-nvlink2",
-        help="device preset or a JSON/TOML device file (default v100-nvlink2)",
+        help="device preset (cpu, v100-nvlink2, a100-pcie4, h100-pcie5, h200-pcie5, "
+        "gh200-c2c) or a JSON/TOML device file",
     )
-    p.add_argument("--loss", help="loss tensor 'node:index' (inferred when omitted)")
+    _add_loss(p)
+    _add_host_budget(p)
     _add_options(p)
+
+
+def _add_loss(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--loss",
+        help="loss tensor 'node:index' (default: inferred from the graph, the scalar that "
+        "the gradients start from)",
+    )
+
+
+def _add_host_budget(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--host-budget",
+        default="auto",
+        help="host memory the swapped tensors may hold at once, e.g. 64GiB, 'none', or "
+        "'auto' (this machine's memory less a reserve when planning for it, no bound for "
+        "a GPU device planned on a machine without a GPU)",
+    )
+
+
+def _host_budget_arg(value: str) -> str | None:
+    return None if value.strip().lower() == "none" else value
 
 
 def _add_options(p: argparse.ArgumentParser) -> None:
     """Options of the planner shared by plan, compare and trial."""
-    p.add_argument(
-        "--min-bytes", default="64KiB", help="leave smaller buffers alone (default 64KiB)"
-    )
+    p.add_argument("--min-bytes", default="64KiB", help="leave smaller buffers alone")
     for flag, what in (
         ("--include-scope", "only touch ops in this name scope"),
         ("--exclude-scope", "never touch ops in this name scope"),
         ("--include-type", "only touch ops of this type (e.g. Conv2D)"),
         ("--exclude-type", "never touch ops of this type"),
     ):
-        p.add_argument(flag, action="append", default=[], metavar="NAME", help=what + " (repeat)")
+        p.add_argument(
+            flag, action="append", default=[], metavar="NAME", help=what + " (repeatable)"
+        )
 
 
 def _plan_options(args: argparse.Namespace) -> dict:
     from .planning import parse_bytes
 
+    host = getattr(args, "host_budget", "auto")
     return {
+        "host_budget": _host_budget_arg(host),
         "min_bytes": parse_bytes(args.min_bytes, "--min-bytes"),
         "include_scopes": args.include_scope,
         "exclude_scopes": args.exclude_scope,
@@ -85,82 +143,208 @@ def _plan_options(args: argparse.Namespace) -> dict:
 
 
 def _parser() -> argparse.ArgumentParser:
+    doc = __doc__.replace("``", "").split("\n\n")  # the docstring's RST, as plain text
     ap = argparse.ArgumentParser(
         prog="hybridplan",
-        description=__doc__.split("\n")[0],
-        epilog="exit codes: 0 ok, 2 usage, 3 bad input, 4 unsupported graph, "
-        "5 budget unreachable, 6 trial: result differs or over budget",
+        description="\n\n".join(doc[:2]),
+        epilog=doc[2],
+        formatter_class=_Help,
     )
-    sub = ap.add_subparsers(dest="command", required=True)
+    sub = ap.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    add = _subparser_adder(sub)
 
-    p = sub.add_parser("plan", help="plan a step and write the rewritten GraphDef")
+    p = add("plan", help="plan a step and write the rewritten GraphDef")
     _add_plan_args(p)
-    p.add_argument("--strategy", default="hybrid", choices=STRATEGIES)
-    p.add_argument("-o", "--output", help="where to write the rewritten GraphDef (.pb)")
+    _add_strategy(p)
+    p.add_argument(
+        "-o",
+        "--output",
+        help="where to write the rewritten GraphDef (.pb); without it the plan is only printed",
+    )
     p.add_argument(
         "--target",
         default="gpu",
         choices=["gpu", "cpu-emulation"],
-        help="which swap ops and devices the rewrite uses",
+        help="swap ops and devices of the rewrite: gpu (Identity copies between "
+        "/device:GPU:0 and /device:CPU:0) or cpu-emulation (DeepCopy between two logical CPUs)",
     )
     p.add_argument("--report", metavar="DIR", help="write report.html, memory.png, streams.png")
     p.add_argument("--json", metavar="PLAN.json", help="write the plan as JSON")
 
-    p = sub.add_parser("analyze", help="peak memory, persistent bytes, largest tensors at the peak")
-    p.add_argument("graph")
-    p.add_argument("--loss")
-    p.add_argument("--top", type=int, default=10, help="how many tensors to list (default 10)")
+    p = add(
+        "replay",
+        help="write a plan's replay program (JSON) for experiments/gpu/runner.py",
+        description="Plans the step (or reads --plan) and writes the replay program: the "
+        "compute stream's ops with shapes and predicted times, every swap and clone, and the "
+        "predicted timeline (docs/gpu.md).",
+    )
+    _add_plan_args(p)
+    _add_strategy(p)
+    p.add_argument("--plan", metavar="PLAN.json", help="replay this saved plan instead of planning")
+    p.add_argument("-o", "--output", required=True, help="where to write the replay (.json)")
 
-    p = sub.add_parser("compare", help="swap vs recompute vs hybrid side by side")
+    p = add("analyze", help="peak memory, persistent bytes, largest tensors at the peak")
+    p.add_argument("graph", help="train-step GraphDef: binary .pb or text .pbtxt")
+    _add_loss(p)
+    p.add_argument("--top", type=int, default=10, help="how many tensors to list")
+
+    p = add("compare", help="every strategy side by side (exit 5 when none fits)")
     _add_plan_args(p)
 
-    p = sub.add_parser("trace", help="write the train-step GraphDef of a reference model")
-    p.add_argument("model", help=", ".join(_MODELS))
-    p.add_argument("--size", type=int, help="input side (pixels, voxels) or sequence length")
-    p.add_argument("--batch", type=int, help="batch size")
+    p = add("trace", help="write the train-step GraphDef of a reference model")
+    _add_model_args(p)
     p.add_argument("-o", "--output", required=True, help="output .pb")
 
-    p = sub.add_parser(
+    p = add(
         "trial",
         help="plan a reference model, run it next to the original on CPU emulation, measure",
         description="Traces a reference model, plans it for the 'cpu' device model, rewrites "
         "it for CPU emulation (two logical CPUs: device and host) and runs both steps: "
         "prints whether losses and weights match bit for bit and the measured peaks; "
-        "--report draws the measured memory curve next to the predicted ones.",
+        "--report draws the measured memory curve below the predicted ones.",
     )
-    p.add_argument("model", help=", ".join(_MODELS))
-    p.add_argument("--size", type=int, help="input side (pixels, voxels) or sequence length")
-    p.add_argument("--batch", type=int, help="batch size")
+    _add_model_args(p)
     p.add_argument(
-        "--budget", help="device bytes incl. variables (default: see --fraction), e.g. 40MiB"
+        "--budget",
+        help="device bytes incl. variables, e.g. 40MiB (default: from --fraction)",
     )
     p.add_argument(
         "--fraction",
         type=float,
         help="budget = variables + this fraction of the original's tensor peak + the "
-        "largest kernel scratch of one op (0.7)",
+        "largest kernel scratch of one op (default: 0.7, or the smallest fraction any plan "
+        "reaches when 0.7 is out of reach)",
     )
-    p.add_argument("--strategy", default="hybrid", choices=STRATEGIES)
-    p.add_argument("--steps", type=int, default=3, help="steps measured (default 3)")
+    _add_strategy(p)
+    p.add_argument("--steps", type=int, default=3, help="steps measured")
     p.add_argument("--report", metavar="DIR", help="write report.html with the measured curve")
     _add_options(p)
     p.set_defaults(min_bytes="4KiB")
 
-    p = sub.add_parser("demo", help="trace, plan and run a built-in example end to end")
-    p.add_argument(
-        "--out", default="hybridplan-demo", help="report directory (default ./hybridplan-demo)"
+    p = add(
+        "fit",
+        help="the largest input size (or batch) each strategy fits on a device",
+        description="Traces a reference model at growing sizes (then bisects) and plans "
+        "each traced step with every strategy: prints the largest size (or batch) that "
+        "fits the device's memory less a reserve, its predicted step time and throughput, "
+        "per strategy and without a plan. Says how long the search will take after the "
+        "first trace.",
     )
+    p.add_argument("model", help=", ".join(_MODELS))
+    p.add_argument("--device", default="v100-nvlink2", help="device preset or file")
+    p.add_argument("--over", default="size", choices=["size", "batch"], help="what grows")
+    p.add_argument(
+        "--strategy",
+        action="append",
+        choices=STRATEGIES,
+        help="strategies to search (repeat; default all); 'none' is always reported",
+    )
+    p.add_argument("--budget", help="device bytes (default: the device's memory less 8%%)")
+    _add_host_budget(p)
+    p.add_argument("--size", type=int, help="with --over batch: the input size")
+    p.add_argument("--batch", type=int, help="with --over size: the batch size")
+    p.add_argument("--start", type=int, help="smallest size (or batch) tried")
+    p.add_argument("--limit", type=int, default=1 << 16, help="largest size (or batch) tried")
+    p.add_argument("--tol", type=float, default=0.03, help="relative precision")
+    p.add_argument("--cache", metavar="DIR", help="keep traced graphs here for later runs")
+
+    p = add("demo", help="trace, plan and run a built-in example end to end")
+    p.add_argument("--out", default="hybridplan-demo", help="report directory")
     p.add_argument("--quick", action="store_true", help="smaller model (for tests)")
     return ap
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    import os
+def _subparser_adder(sub: Any) -> Any:
+    """``add(name, help=...)``: a sub-command whose description is its help and whose
+    options show their defaults."""
 
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # keep TensorFlow's start-up chatter out
+    def add(name: str, **kw: Any) -> argparse.ArgumentParser:
+        kw.setdefault("description", kw.get("help", "").capitalize() + ".")
+        return sub.add_parser(name, formatter_class=_Help, **kw)
+
+    return add
+
+
+def _add_strategy(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--strategy",
+        default="hybrid",
+        choices=STRATEGIES,
+        help="tflms (TFLMS swapping), swap, recompute, chen (sqrt(n) checkpoints), "
+        "hybrid-paper, or hybrid (the fastest plan that fits)",
+    )
+
+
+def _add_model_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("model", help=", ".join(_MODELS))
+    p.add_argument(
+        "--size",
+        type=int,
+        help=f"input side (pixels, voxels) or sequence length (default: {_MODEL_DEFAULTS})",
+    )
+    p.add_argument("--batch", type=int, help="batch size (default: the model's, see --size)")
+
+
+#: TensorFlow's start-up lines: absl's notice, then INFO/WARNING lines in glog
+#: format (``I0000 00:00:17... cudart_stub.cc:31] Could not find cuda drivers``).
+_TF_NOISE = re.compile(
+    r"WARNING: All log messages before absl::InitializeLog\(\) is called"
+    r"|[IW]\d{4} \d\d:\d\d:\d+\.\d+ +\d+ \S+:\d+\] "
+)
+
+
+def quiet_tensorflow() -> None:
+    """Imports TensorFlow without its start-up lines (the CUDA and oneDNN notices it
+    writes before absl's logging starts, which ``TF_CPP_MIN_LOG_LEVEL`` cannot hide),
+    unless the user set ``TF_CPP_MIN_LOG_LEVEL`` (then they see what they asked for)
+    or TensorFlow is already loaded. Standard error is captured during the import;
+    every line that is not one of those notices is written back."""
+    import os
+    import tempfile
+
+    if "tensorflow" in sys.modules or "TF_CPP_MIN_LOG_LEVEL" in os.environ:
+        return
+    # Later C++ lines too (cuInit's "UNKNOWN ERROR (303)" on a machine without a GPU);
+    # TensorFlow's real errors reach Python as exceptions.
+    os.environ["TF_CPP_MIN_LOG_LEVEL"] = "3"
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile() as tmp:
+        os.dup2(tmp.fileno(), 2)
+        try:
+            import tensorflow  # noqa: F401
+        except ImportError:
+            pass  # the commands that need it say so
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+            tmp.seek(0)
+            kept = [
+                line
+                for line in tmp.read().decode(errors="replace").splitlines()
+                if not _TF_NOISE.match(line)
+            ]
+            if kept:
+                print("\n".join(kept), file=sys.stderr)
+
+
+def _needs_tensorflow(args: argparse.Namespace) -> bool:
+    if args.command in ("trace", "trial", "demo"):
+        return True
+    text_graph = str(getattr(args, "graph", "")).endswith((".pbtxt", ".txt"))
+    return text_graph or (args.command == "plan" and bool(args.output))
+
+
+def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
-        return int(_COMMANDS[args.command](args) or 0)
+        if _needs_tensorflow(args):
+            quiet_tensorflow()
+        code = int(_COMMANDS[args.command](args) or 0)
+        sys.stdout.flush()  # a closed pipe shows here, not in the interpreter's exit
+        return code
+    except BrokenPipeError:
+        return _closed_pipe()
     except BudgetError as e:
         return _fail(e, EXIT_BUDGET)
     except UnsupportedGraphError as e:
@@ -174,6 +358,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
 
 
+def _closed_pipe() -> int:
+    """The reader of standard output went away (``| head``): stop quietly. Python
+    would otherwise print a traceback when it flushes stdout at exit."""
+    import os
+
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    return 141  # 128 + SIGPIPE, as a shell reports a process killed by it
+
+
 def _fail(e: Exception, code: int) -> int:
     print(f"hybridplan: error: {' '.join(str(e).split())}", file=sys.stderr)
     return code
@@ -184,6 +378,7 @@ def _cmd_analyze(args: argparse.Namespace) -> int:
     from .report import fmt_bytes
 
     a = analyze(args.graph, loss=args.loss)
+    top = a.live_at_peak(args.top)  # checks --top before anything is printed
     print(f"nodes: {a.num_nodes}   loss: {a.loss}")
     print(
         f"peak: {fmt_bytes(a.peak_bytes)}   persistent: {fmt_bytes(a.persistent_bytes)}   "
@@ -191,23 +386,20 @@ def _cmd_analyze(args: argparse.Namespace) -> int:
     )
     print("phases: " + ", ".join(f"{k} {v}" for k, v in a.phases.items()))
     print(f"largest tensors live at the peak (schedule position {a.peak_position}):")
-    for t in a.live_at_peak(args.top):
+    for t in top:
         print(f"  {fmt_bytes(t.bytes):>11}  {t.dtype:<8} {list(t.shape)!s:<22} {t.op:<22} {t.name}")
     return 0
 
 
-def _check_out_dir(path: str) -> None:
-    if not Path(path).parent.resolve().is_dir():
-        raise InvalidArgumentError(f"the output directory {Path(path).parent} does not exist")
-
-
 def _cmd_plan(args: argparse.Namespace) -> int:
     from . import plan
+    from ._files import check_outputs, write_all
     from ._progress import stages
-    from .report import summary_table, write_report
+    from .report import report_files, summary_table
 
-    if args.output:
-        _check_out_dir(args.output)
+    outputs = [f for f in (args.output, args.json) if f]
+    check_outputs(outputs, [args.report] if args.report else [])
+    files: dict[Path, bytes] = {}
     with stages(3 if args.output else 1) as stage:
         stage("planning")
         p = plan(
@@ -221,35 +413,78 @@ def _cmd_plan(args: argparse.Namespace) -> int:
         if args.output:
             from tensorflow.core.framework import graph_pb2
 
-            from ._files import atomic_write
             from ._graphio import graph_bytes
-            from .rewriting import rewrite
+            from .applying import rewrite_plan
 
             stage("rewriting")
             gd = graph_pb2.GraphDef.FromString(graph_bytes(args.graph)[0])
-            new = rewrite(gd, p.rewrite_spec(), target=args.target)
+            new = rewrite_plan(gd, p, args.target).graph_def
+            files[Path(args.output)] = new.SerializeToString()
             stage("writing")
-            atomic_write(Path(args.output), new.SerializeToString())
-    print(summary_table({args.strategy: p}, p.budget))
-    if args.output:
-        print(f"wrote {args.output}")
     if args.json:
-        p.save(args.json)
-        print(f"wrote {args.json}")
+        files[Path(args.json)] = p.to_json().encode()
     if args.report:
-        files = write_report({args.strategy: p}, args.strategy, args.report)
-        print("wrote " + ", ".join(str(f) for f in files.values()))
+        files.update(report_files({args.strategy: p}, args.strategy, args.report))
+        Path(args.report).mkdir(parents=True, exist_ok=True)
+    write_all(files)  # every output or none
+    print(summary_table({args.strategy: p}, p.budget))
+    print(_plan_words(p))
+    if files:
+        print("wrote " + ", ".join(str(f) for f in files))
+    if not args.output:
+        print("no rewritten graph written: pass -o FILE.pb to write it")
+    return 0
+
+
+def _plan_words(p: Any) -> str:
+    """One sentence on what the plan does."""
+    from .report import fmt_bytes
+
+    o, n = p.original, p.planned
+    if p.is_empty:
+        return (
+            f"the step already fits: its peak {fmt_bytes(o.peak_bytes)} is within the budget "
+            f"{fmt_bytes(p.budget)}, so nothing is swapped or recomputed"
+        )
+    return (
+        f"{p.strategy} plan: peak {fmt_bytes(o.peak_bytes)} -> {fmt_bytes(n.peak_bytes)} "
+        f"(budget {fmt_bytes(p.budget)}), {n.swaps} tensors swapped, {n.clones} ops recomputed"
+    )
+
+
+def _cmd_replay(args: argparse.Namespace) -> int:
+    from ._files import check_outputs
+    from .replaying import replay, save_replay
+
+    check_outputs([args.output])
+    options = {} if args.plan else _plan_options(args)
+    r = replay(
+        args.graph,
+        args.plan,
+        args.budget,
+        strategy=args.strategy,
+        device=args.device,
+        loss=args.loss,
+        **options,
+    )
+    save_replay(r, args.output)
+    p = r["predicted"]
+    print(
+        f"wrote {args.output}: {len(r['ops'])} ops, {len(r['swaps'])} swaps, "
+        f"{len(r['clones'])} recomputes; predicted step {p['step_time_s']:.4g} s, "
+        f"peak {p['peak_bytes']} bytes on {r['device']['name']}"
+    )
     return 0
 
 
 def _cmd_compare(args: argparse.Namespace) -> int:
     from . import plan
     from ._progress import stages
-    from .planning import parse_bytes
-    from .report import summary_table
+    from .report import fmt_size, summary_table
 
-    plans = {}
+    plans: dict = {}
     budget = None
+    failed: list[BudgetError] = []
     with stages(len(STRATEGIES)) as stage:
         for s in STRATEGIES:
             stage(f"planning: {s}")
@@ -265,9 +500,27 @@ def _cmd_compare(args: argparse.Namespace) -> int:
                 budget = plans[s].budget
             except BudgetError as e:
                 plans[s] = None
+                failed.append(e)
                 budget = e.budget or budget
-    print(summary_table(plans, budget if budget else parse_bytes(args.budget)))
-    return 0
+    if any(plans.values()):
+        print(summary_table(plans, budget))
+        return 0
+    # Nothing fits: the original's figures from a plan under its own peak (an empty
+    # plan), and the smallest peak any strategy reached.
+    from . import analyze
+
+    a = analyze(args.graph, loss=args.loss)
+    original = plan(
+        args.graph, a.peak_bytes, strategy="recompute", device=args.device, loss=args.loss
+    ).report["original"]
+    best = min(failed, key=lambda e: e.best_peak)
+    print(summary_table(plans, budget, original=original, best=(best.best_peak, best.strategy)))
+    print(
+        f"hybridplan: error: no strategy fits the budget of {fmt_size(budget or 0)}; the "
+        f"smallest peak reached is {fmt_size(best.best_peak)}, by strategy {best.strategy!r}",
+        file=sys.stderr,
+    )
+    return EXIT_BUDGET
 
 
 def _model_args(args: argparse.Namespace) -> dict:
@@ -279,11 +532,11 @@ def _model_args(args: argparse.Namespace) -> dict:
 
 
 def _cmd_trace(args: argparse.Namespace) -> int:
-    from ._files import atomic_write
+    from ._files import atomic_write, check_outputs
     from ._progress import stages
 
     kw = _model_args(args)
-    _check_out_dir(args.output)
+    check_outputs([args.output])
     with stages(3) as stage:
         stage(f"building {args.model}")
         from . import models
@@ -293,16 +546,51 @@ def _cmd_trace(args: argparse.Namespace) -> int:
         traced = w.trace()
         stage("writing")
         atomic_write(Path(args.output), traced.graph_def.SerializeToString())
-    print(f"wrote {args.output}: {len(traced.graph_def.node)} nodes, loss {traced.loss}")
+    # The loss the planner reads (analyze names the same tensor), not the Identity
+    # the step returns it through.
+    loss = getattr(traced, "loss_source", None) or traced.loss
+    print(f"wrote {args.output}: {len(traced.graph_def.node)} nodes, loss {loss}")
+    return 0
+
+
+def _cmd_fit(args: argparse.Namespace) -> int:
+    from .fitting import fit
+
+    if args.model not in _MODELS:
+        raise InvalidArgumentError(
+            f"unknown model {args.model!r}: choose one of {', '.join(_MODELS)}"
+        )
+    fixed = {}
+    if args.over == "size" and args.batch is not None:
+        fixed["batch"] = args.batch
+    if args.over == "batch" and args.size is not None:
+        fixed["size"] = args.size
+    f = fit(
+        args.model,
+        device=args.device,
+        over=args.over,
+        strategy=args.strategy,
+        budget=args.budget,
+        host_budget=_host_budget_arg(args.host_budget),
+        start=args.start,
+        limit=args.limit,
+        tol=args.tol,
+        cache=args.cache,
+        **fixed,
+    )
+    print(f"{args.model} on {f.device}, budget {f.budget} bytes, over {f.over}:")
+    print(f.table())
+    print(f"{len(f.probes)} sizes traced, {f.seconds:.0f} s")
     return 0
 
 
 def _cmd_trial(args: argparse.Namespace) -> int:
+    from ._files import check_outputs
     from .runner import setup_cpu_emulation
 
     kw = _model_args(args)
     if args.report:
-        Path(args.report).mkdir(parents=True, exist_ok=True)
+        check_outputs(dirs=[args.report])
     setup_cpu_emulation(2)  # before TensorFlow starts
     import tensorflow as tf
 
@@ -325,7 +613,12 @@ def _cmd_trial(args: argparse.Namespace) -> int:
             **_plan_options(args),
         )
     o, n = t.original.step_time, t.planned.step_time
+    persistent = t.plan.report["persistent_bytes"]
     lines = [
+        *([t.note] if t.note else []),
+        f"budget {fmt_bytes(t.plan.budget)} = variables and optimizer slots "
+        f"{fmt_bytes(persistent)} + activations {fmt_bytes(t.activation_budget)}"
+        + (f" ({t.fraction:.0%} of the original's activation peak)" if t.fraction else ""),
         f"inserted: {t.inserted}",
         f"losses and weights over {len(t.planned.losses)} steps: "
         + ("equal bit for bit" if t.same_losses and t.same_weights else "DIFFERENT"),
@@ -343,7 +636,6 @@ def _cmd_trial(args: argparse.Namespace) -> int:
     print("\n".join(lines))
     if args.report:
         secs, used = t.planned.timeline
-        persistent = t.plan.report["persistent_bytes"]
         files = write_report(
             {args.strategy: t.plan},
             args.strategy,
@@ -367,15 +659,19 @@ def _cmd_trial(args: argparse.Namespace) -> int:
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
+    from ._files import check_outputs
     from .demo import run_demo
 
+    check_outputs(dirs=[args.out])
     return run_demo(args.out, quick=args.quick)
 
 
 _COMMANDS = {
     "plan": _cmd_plan,
     "analyze": _cmd_analyze,
+    "fit": _cmd_fit,
     "compare": _cmd_compare,
+    "replay": _cmd_replay,
     "trace": _cmd_trace,
     "trial": _cmd_trial,
     "demo": _cmd_demo,

@@ -1,7 +1,7 @@
 """``hybridplan demo``: the main job end to end on built-in models.
 
 1. Trace ResNet-50's training step at a resolution whose activations do not
-   fit a 32 GB V100, plan it with every strategy for ``v100-nvlink2``, print
+   fit a 32 GiB V100, plan it with every strategy for ``v100-nvlink2``, print
    the table and write the report (HTML, pictures, JSON plan).
 2. Run a real, small training step (a residual network) rewritten for CPU emulation
    (two logical CPUs stand for device and host): the losses must equal the
@@ -13,6 +13,7 @@ Nothing is downloaded: models are built with ``weights=None``.
 
 from __future__ import annotations
 
+import json
 import sys
 import time
 from pathlib import Path
@@ -58,20 +59,22 @@ def _progress(total: int, desc: str):
     try:
         from tqdm import tqdm
 
-        return tqdm(total=total, desc=desc, file=sys.stderr, leave=False)
+        # disable=None: no bar when stderr is not a terminal (a log file), where
+        # its carriage returns would run into the printed lines.
+        return tqdm(total=total, desc=desc, file=sys.stderr, leave=False, disable=None)
     except ImportError:  # pragma: no cover - tqdm is in the [tf] extra
         return None
 
 
 def _stage_plan(out: Path, kw: dict) -> None:
-    from . import models
+    from . import _core, models
     from .errors import BudgetError
-    from .planning import STRATEGIES, plan
+    from .planning import AUTO_RESERVE, STRATEGIES, plan
     from .report import fmt_bytes, summary_table, write_report
 
     _say(
         f"== 1. ResNet-50 at {kw['size']}x{kw['size']}, batch {kw['batch']}, "
-        "on a V100 32 GB with NVLink 2.0 (v100-nvlink2)"
+        "on a 32 GiB V100 with NVLink 2.0 (v100-nvlink2)"
     )
     bar = _progress(1 + len(STRATEGIES), "tracing and planning")
     t = time.perf_counter()
@@ -94,6 +97,12 @@ def _stage_plan(out: Path, kw: dict) -> None:
     if bar:
         bar.close()
     first = next((p for p in plans.values() if p is not None), None)
+    memory = json.loads(_core.device_preset("v100-nvlink2"))["memory_bytes"]
+    _say(
+        f"budget {fmt_bytes(budget or 0)}: the V100's {fmt_bytes(memory)} less "
+        f"{AUTO_RESERVE:.0%} kept free for allocator fragmentation and kernel workspace "
+        "(budget='auto')"
+    )
     if first is not None:
         o = first.original
         _say(f"original step: peak {fmt_bytes(o.peak_bytes)} > budget {fmt_bytes(budget or 0)}")
@@ -113,9 +122,12 @@ def _stage_run(out: Path) -> bool:
         "(/device:CPU:0 = device, /device:CPU:1 = host)"
     )
     t = trial(models.build(SMALL_MODEL, **SMALL), fraction=SMALL_BUDGET_FRACTION, steps=3)
+    persistent = t.plan.report["persistent_bytes"]
     _say(
-        f"{SMALL_MODEL} {SMALL}: {t.plan.report['num_nodes']} nodes, budget = variables + "
-        f"{SMALL_BUDGET_FRACTION:.0%} of the activation peak; inserted {t.inserted}"
+        f"{SMALL_MODEL}: {t.plan.report['num_nodes']} nodes; budget {fmt_bytes(t.plan.budget)} "
+        f"= variables and optimizer slots {fmt_bytes(persistent)} + "
+        f"{fmt_bytes(t.activation_budget)} for activations ({SMALL_BUDGET_FRACTION:.0%} of "
+        f"the original's activation peak); inserted {t.inserted}"
     )
     losses = ", ".join(f"{float(np.asarray(v).mean()):.6f}" for v in t.planned.losses)
     _say(f"losses over {len(t.planned.losses)} steps: {losses}")

@@ -426,6 +426,18 @@ class DistributedResult:
         """Every inserted node name, all replicas."""
         return tuple(n for r in self.replicas if r.summary for n in r.summary.inserted)
 
+    @property
+    def host_peak_bytes(self) -> dict[str, int]:
+        """Predicted host bytes per machine (``"/job:J/task:T"``, ``""`` for a
+        local step): the sum of its replicas' host peaks (each replica swaps to the
+        host memory of its own machine; the replicas run the same step side by side,
+        so their peaks coincide, and the sum is also an upper bound)."""
+        out: dict[str, int] = {}
+        for r in self.replicas:
+            key = machine_of(r.device)
+            out[key] = out.get(key, 0) + r.plan.host_peak_bytes
+        return out
+
 
 def _per_device(value: Any, device: str, r: int, what: str) -> Any:
     if isinstance(value, Mapping) and not _looks_like_device_model(value):
@@ -440,6 +452,26 @@ def _per_device(value: Any, device: str, r: int, what: str) -> Any:
 
 def _looks_like_device_model(value: Mapping) -> bool:
     return "h2d_bandwidth" in value or "name" in value
+
+
+def machine_of(device: str) -> str:
+    """The machine a device is on: ``"/job:J/task:T"`` (``""`` when neither is given)."""
+    d = _spec(device)
+    return "".join(f"/{k}:{v}" for k, v in (("job", d.job), ("task", d.task)) if v is not None)
+
+
+def _host_shares(devices: Sequence[str], host_budget: Any) -> list[Any]:
+    """Each replica's share of its machine's host budget (split evenly between the
+    replicas on one machine); ``"auto"`` and ``None`` pass through."""
+    if host_budget is None or (isinstance(host_budget, str) and host_budget == "auto"):
+        return [host_budget] * len(devices)
+    from .planning import parse_bytes
+
+    total = parse_bytes(host_budget, "host_budget")
+    per = {}
+    for d in devices:
+        per[machine_of(d)] = per.get(machine_of(d), 0) + 1
+    return [max(total // per[machine_of(d)], 1) for d in devices]
 
 
 def host_for(device: str, host: str) -> str:
@@ -457,6 +489,7 @@ def apply(
     device: str | dict | os.PathLike | Mapping = "v100-nvlink2",
     target: str = "gpu",
     min_bytes: int = 1 << 16,
+    host_budget: Any = "auto",
     **plan_options: Any,
 ) -> DistributedResult:
     """Plans every replica's part of the step against its own budget and link, and
@@ -476,6 +509,11 @@ def apply(
             or device string to one.
         target: ``"gpu"`` or ``"cpu-emulation"`` (the swap ops, see
             :func:`hybridplan.rewrite`).
+        host_budget: host bytes per machine (as for :func:`hybridplan.plan`), split
+            evenly between the replicas on that machine; ``"auto"``: each replica
+            plans under :func:`hybridplan.plan`'s default divided by the replicas on
+            its machine. :attr:`DistributedResult.host_peak_bytes` gives the
+            predicted host bytes per machine, summed over its replicas.
         **plan_options: further :func:`hybridplan.plan` options (``exclude_types`` is
             extended with the collective op types present).
 
@@ -503,12 +541,14 @@ def apply(
     out = graph_pb2.GraphDef()
     out.CopyFrom(full)
     replicas = []
+    shares = _host_shares(dt.devices, host_budget)
     for r, dev in enumerate(dt.devices):
         members = [i for i, d in enumerate(devices) if _same_device(d, dev)]
         sub = replica_subgraph(full, members)
         nbytes = _per_device(budget, dev, r, "budget")
         options = dict(plan_options)
         options["exclude_types"] = _collective_types(sub, options.get("exclude_types"))
+        options["host_budget"] = _auto_share(shares[r], dt.devices, dev, device, r)
         p = _plan_replica(plan_graph, sub, nbytes, r, dev, strategy, device, dt, min_bytes, options)
         summary = None
         if not p.is_empty:
@@ -570,7 +610,22 @@ def _plan_replica(
             **options,
         )
     except BudgetError as e:
-        raise BudgetError(f"replica {r} ({dev}): {e}", e.budget, e.best_peak, e.strategy) from None
+        # The same class (HostBudgetError stays one), the replica named.
+        raise type(e)(f"replica {r} ({dev}): {e}", e.budget, e.best_peak, e.strategy) from None
+
+
+def _auto_share(share: Any, devices: Sequence[str], dev: str, device: Any, r: int) -> Any:
+    """``"auto"``: the default host budget of ``dev``'s model, split between the
+    replicas on its machine; anything else as it is."""
+    if not (isinstance(share, str) and share == "auto"):
+        return share
+    from .planning import _device_args, auto_host_budget
+
+    total = auto_host_budget(_device_args(_per_device(device, dev, r, "device"))[2])
+    if total is None:
+        return None
+    n = sum(1 for d in devices if machine_of(d) == machine_of(dev))
+    return max(total // n, 1)
 
 
 def _to_full(spec: Mapping[str, Any], members: Sequence[int], dev: str) -> dict:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 __all__ = [
     "BudgetError",
+    "HostBudgetError",
     "HybridplanError",
     "InvalidArgumentError",
     "InvalidGraphError",
@@ -45,6 +46,20 @@ class BudgetError(HybridplanError):
         self.budget = budget
         self.best_peak = best_peak
         self.strategy = strategy
+
+
+class HostBudgetError(BudgetError):
+    """Plans fit the device's memory budget, but none the host memory budget
+    (the swapped tensors held in host memory at once). ``host_budget`` is that
+    budget and ``best_host_peak`` the smallest host peak reached (bytes), also
+    given as ``budget`` and ``best_peak``."""
+
+    def __init__(
+        self, message: str, host_budget: int = 0, best_host_peak: int = 0, strategy: str = ""
+    ):
+        super().__init__(message, host_budget, best_host_peak, strategy)
+        self.host_budget = host_budget
+        self.best_host_peak = best_host_peak
 
 
 class InvalidArgumentError(HybridplanError, ValueError):

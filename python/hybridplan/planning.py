@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import json
-import math
 import os
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -13,12 +11,14 @@ from typing import Any
 
 import numpy as np
 
-from . import _core
+from . import _args, _core
+from ._args import parse_bytes
 from ._backend import workspace_rule
 from ._graphio import GraphLike, graph_bytes
 from .errors import BudgetError, InvalidArgumentError
 
 __all__ = [
+    "HOST_RESERVE",
     "STRATEGIES",
     "Plan",
     "device_model",
@@ -32,21 +32,56 @@ STRATEGIES = ("tflms", "swap", "recompute", "chen", "hybrid-paper", "hybrid")
 #: The exact solver, for small graphs only (``hybridplan.optimal``); not in
 #: ``STRATEGIES``, which every tool runs on graphs of any size.
 OPTIMAL = "optimal"
-_UNITS = {
-    "": 1,
-    "b": 1,
-    "kb": 10**3,
-    "mb": 10**6,
-    "gb": 10**9,
-    "tb": 10**12,
-    "kib": 2**10,
-    "mib": 2**20,
-    "gib": 2**30,
-    "tib": 2**40,
-}
+#: TensorFlow's cap on pinned host memory when ``TF_GPU_HOST_MEM_LIMIT_IN_MB`` is unset.
+PINNED_DEFAULT_LIMIT = 64 << 30
 #: Fraction of the device memory kept free by ``budget="auto"`` (allocator
 #: fragmentation, workspace of convolution kernels).
 AUTO_RESERVE = 0.08
+
+
+#: Host memory kept free by ``host_budget="auto"``: this fraction of the
+#: machine's physical memory, at least ``HOST_RESERVE_MIN`` bytes (the Python
+#: process, TensorFlow, the input pipeline, the page cache).
+HOST_RESERVE = 0.2
+HOST_RESERVE_MIN = 4 << 30
+
+
+def physical_memory() -> int:
+    """This machine's physical memory in bytes (0 when the OS does not say)."""
+    try:
+        return int(os.sysconf("SC_PHYS_PAGES")) * int(os.sysconf("SC_PAGE_SIZE"))
+    except (AttributeError, ValueError, OSError):
+        return 0
+
+
+def _has_local_gpu() -> bool:
+    """Whether this machine has an NVIDIA GPU (the driver's /proc entry), without
+    importing TensorFlow."""
+    return os.path.isdir("/proc/driver/nvidia/gpus") and bool(
+        os.listdir("/proc/driver/nvidia/gpus")
+    )
+
+
+def auto_host_budget(dev: dict) -> int | None:
+    """The default host budget for a device model: this machine's physical memory
+    less :data:`HOST_RESERVE` when the plan is for this machine (the ``cpu``
+    device, or any device while this machine has a GPU); ``None`` (no bound)
+    for a GPU model planned on a machine without a GPU, whose host memory is
+    not known here: pass ``host_budget=`` for it."""
+    if dev.get("name") != "cpu" and not _has_local_gpu():
+        return None
+    phys = physical_memory()
+    if phys <= 0:
+        return None
+    return max(phys - max(int(phys * HOST_RESERVE), HOST_RESERVE_MIN), 1)
+
+
+def _host_budget(host_budget: Any, dev: dict) -> int | None:
+    if host_budget is None:
+        return None
+    if isinstance(host_budget, str) and host_budget.strip().lower() == "auto":
+        return auto_host_budget(dev)
+    return parse_bytes(host_budget, "host_budget")
 
 
 def device_presets() -> list[str]:
@@ -102,42 +137,36 @@ def workspace_overrides(profile: Mapping[str, int] | None) -> list[tuple[str, in
     return out
 
 
-def parse_bytes(value: Any, what: str = "budget") -> int:
-    """Parses a byte count: an int, a float, or a string such as ``"16GiB"``."""
-    if isinstance(value, bool):
-        raise InvalidArgumentError(f"{what} must be a number of bytes, not a bool")
-    if isinstance(value, str):
-        m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+(?:e[0-9]+)?)\s*([a-zA-Z]*)\s*", value)
-        unit = m.group(2).lower() if m else None
-        if m is None or unit not in _UNITS:
-            raise InvalidArgumentError(
-                f"{what} {value!r} is not a size: write e.g. 16GiB, 32GB, 500MiB or 123456789"
-            )
-        value = float(m.group(1)) * _UNITS[unit]
-    if not isinstance(value, (int, float)):
-        raise InvalidArgumentError(f"{what} must be a number of bytes or a string like '16GiB'")
-    if isinstance(value, float) and not math.isfinite(value):
-        raise InvalidArgumentError(f"{what} must be finite, got {value}")
-    if value <= 0:
-        raise InvalidArgumentError(f"{what} must be positive, got {value}")
-    if value >= 2**64:
-        raise InvalidArgumentError(f"{what} {value} is larger than 2^64 bytes")
-    return int(value)
-
-
 def _device_args(device: str | dict | os.PathLike) -> tuple[str, str | None, dict]:
     if isinstance(device, dict):
-        text = json.dumps(device)
-        return "custom", text, device
+        _check_device_fields(device)
+        return "custom", json.dumps(device), device
     if isinstance(device, (os.PathLike, Path)) or (
         isinstance(device, str) and device.lower().endswith((".json", ".toml"))
     ):
-        return "custom", *_device_file(Path(device))
+        text, fields = _device_file(Path(device))
+        _check_device_fields(fields, f" in {device}")
+        return "custom", text, fields
     if not isinstance(device, str):
         raise InvalidArgumentError(
             "device must be a preset name, a dict or a path to a JSON or TOML file"
         )
     return device, None, json.loads(_core.device_preset(device))
+
+
+def _check_device_fields(dev: Any, where: str = "") -> None:
+    """Types and ranges of a device model's fields, each named when wrong (the core
+    checks which fields are present and what makes the model consistent)."""
+    if not isinstance(dev, dict):
+        raise InvalidArgumentError(f"a device model must be a JSON object{where}, got {dev!r}")
+    for k, v in dev.items():
+        if k in ("name", "kernels"):
+            if not isinstance(v, str):
+                raise InvalidArgumentError(f"device field {k!r}{where} must be a string")
+        elif k == "memory_bytes":
+            _args.count(v, f"device field 'memory_bytes'{where}")
+        else:
+            _args.number(v, f"device field {k!r}{where}")
 
 
 def _device_file(path: Path) -> tuple[str, dict]:
@@ -156,7 +185,7 @@ def _device_file(path: Path) -> tuple[str, dict]:
             return json.dumps(fields), fields
         text = raw.decode()
         return text, (json.loads(text) if text.strip() else {})
-    except (UnicodeDecodeError, ValueError) as e:
+    except (UnicodeDecodeError, ValueError, RecursionError) as e:
         # json.JSONDecodeError and tomllib.TOMLDecodeError are ValueErrors.
         raise InvalidArgumentError(f"device file {path} is not valid: {e}") from None
 
@@ -171,24 +200,10 @@ def _names(what: str, value: Sequence[str] | str | None) -> list[str]:
     return list(value)
 
 
-def _tflms_args(tflms: dict[str, int] | None) -> tuple[int, int, int] | None:
-    if tflms is None:
-        return None
-    unknown = set(tflms) - {"threshold", "ahead", "groupby"}
-    if unknown or not isinstance(tflms, dict):
-        raise InvalidArgumentError(
-            f"tflms takes threshold, ahead and groupby (schedule positions), not {sorted(unknown)}"
-        )
-    vals = tuple(tflms.get(k, d) for k, d in (("threshold", 0), ("ahead", 1), ("groupby", 1)))
-    if not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in vals):
-        raise InvalidArgumentError(f"tflms parameters must be non-negative ints, got {tflms}")
-    return vals  # type: ignore[return-value]
-
-
 def _budget(budget: Any, dev: dict) -> int:
     if isinstance(budget, str) and budget.strip().lower() == "auto":
-        mem = int(dev.get("memory_bytes", 0))
-        if mem <= 0:
+        mem = dev.get("memory_bytes", 0)
+        if not isinstance(mem, int) or mem <= 0:
             raise InvalidArgumentError("budget='auto' needs a device with memory_bytes")
         return int(mem * (1 - AUTO_RESERVE))
     return parse_bytes(budget)
@@ -208,6 +223,15 @@ class Figures:
     swaps: int
     swap_ins: int
     clones: int
+    #: Most swapped bytes held in host memory at once.
+    host_peak_bytes: int = 0
+    #: Pinned host memory the step needs on a GPU (the host peak, each buffer
+    #: rounded up to 256 bytes as TensorFlow's pinned allocator does).
+    pinned_bytes: int = 0
+
+
+def _figures(d: dict) -> Figures:
+    return Figures(**{k: d[k] for k in Figures.__dataclass_fields__})
 
 
 class Plan:
@@ -233,11 +257,53 @@ class Plan:
 
     @property
     def original(self) -> Figures:
-        return Figures(**self.report["original"])
+        return _figures(self.report["original"])
 
     @property
     def planned(self) -> Figures:
-        return Figures(**self.report["planned"])
+        return _figures(self.report["planned"])
+
+    @property
+    def host_budget(self) -> int | None:
+        """The host memory budget planned under (bytes), ``None`` when unbounded."""
+        hb = self.report.get("host_budget")
+        return None if hb is None or hb >= 2**64 - 1 else hb
+
+    @property
+    def host_peak_bytes(self) -> int:
+        """Most swapped bytes the planned step holds in host memory at once."""
+        return self.planned.host_peak_bytes
+
+    @property
+    def pinned_bytes(self) -> int:
+        """Pinned host memory the planned step needs on a GPU."""
+        return self.planned.pinned_bytes
+
+    def host_timeline(self) -> tuple[np.ndarray, np.ndarray]:
+        """(time in s, swapped bytes held in host memory) of the planned step."""
+        tl = self.report.get("host_timeline") or []
+        return (
+            np.array([t for t, _ in tl], dtype=np.float64),
+            np.array([b for _, b in tl], dtype=np.uint64),
+        )
+
+    @property
+    def pinned_note(self) -> str | None:
+        """A warning when the pinned need exceeds TensorFlow's default cap on
+        pinned host memory (``TF_GPU_HOST_MEM_LIMIT_IN_MB``, 64 GiB unset)."""
+        limit_mb = os.environ.get("TF_GPU_HOST_MEM_LIMIT_IN_MB")
+        try:
+            limit = int(limit_mb) << 20 if limit_mb else PINNED_DEFAULT_LIMIT
+        except ValueError:
+            limit = PINNED_DEFAULT_LIMIT
+        if self.pinned_bytes <= limit:
+            return None
+        need_mb = -(-self.pinned_bytes // (1 << 20))
+        return (
+            f"the step needs {self.pinned_bytes} bytes of pinned host memory, over "
+            f"TensorFlow's cap of {limit} bytes: set TF_GPU_HOST_MEM_LIMIT_IN_MB={need_mb} "
+            "or more before TensorFlow starts"
+        )
 
     @property
     def swaps(self) -> list[dict]:
@@ -312,20 +378,63 @@ class Plan:
     def load(cls, path: str | os.PathLike) -> Plan:
         """Reads a plan written by :meth:`save`."""
         try:
-            report = json.loads(Path(path).read_text())
-        except (OSError, json.JSONDecodeError) as e:
-            raise InvalidArgumentError(f"cannot load a plan from {path}: {e}") from None
-        if not isinstance(report, dict) or "swaps" not in report or "planned" not in report:
-            raise InvalidArgumentError(f"{path} is not a hybridplan plan")
+            report = json.loads(Path(path).read_bytes().decode("utf-8"))
+        except OSError as e:
+            raise InvalidArgumentError(f"cannot load a plan from {path}: {e.strerror}") from None
+        except (UnicodeDecodeError, ValueError, RecursionError) as e:
+            raise InvalidArgumentError(
+                f"{path} is not a plan: not valid JSON ({e}); pass a file written by "
+                "Plan.save or `hybridplan plan --json`"
+            ) from None
+        missing = _missing_plan_keys(report)
+        if missing:
+            raise InvalidArgumentError(
+                f"{path} is not a complete hybridplan plan (missing or malformed: "
+                f"{', '.join(missing)}); pass a file written by Plan.save or "
+                "`hybridplan plan --json`"
+            )
         return cls(report)
 
     def __repr__(self) -> str:
         o, p = self.original, self.planned
+        asked = self.report.get("strategy_requested", self.strategy)
+        if self.is_empty:
+            return (
+                f"Plan({asked!r}: the step already fits, peak {_size(o.peak_bytes)} within the "
+                f"budget {_size(self.budget)}; nothing to swap or recompute)"
+            )
+        by = f" (by {self.strategy!r})" if self.strategy != asked else ""
         return (
-            f"Plan(strategy={self.strategy!r}, peak {o.peak_bytes} -> {p.peak_bytes} bytes, "
-            f"step {o.step_time_s:.4g} -> {p.step_time_s:.4g} s, "
-            f"swaps={p.swaps}, clones={p.clones})"
+            f"Plan({asked!r}{by}: peak {_size(o.peak_bytes)} -> {_size(p.peak_bytes)} within "
+            f"the budget {_size(self.budget)}; predicted step {o.step_time_s * 1e3:.4g} -> "
+            f"{p.step_time_s * 1e3:.4g} ms; {p.swaps} tensors swapped, {p.clones} ops "
+            f"recomputed; host peak {_size(p.host_peak_bytes)})"
         )
+
+
+def _missing_plan_keys(report: Any) -> list[str]:
+    """Keys a saved plan must have, with the right types, that ``report`` lacks."""
+    if not isinstance(report, dict):
+        return ["a JSON object at the top level"]
+    out = [
+        k
+        for k, t in (
+            ("strategy", str),
+            ("budget", int),
+            ("swaps", list),
+            ("recomputes", list),
+            ("original", dict),
+            ("planned", dict),
+        )
+        if not isinstance(report.get(k), t)
+    ]
+    fields = set(Figures.__dataclass_fields__)
+    out += [
+        f"{k} figures"
+        for k in ("original", "planned")
+        if isinstance(report.get(k), dict) and not fields <= set(report[k])
+    ]
+    return out
 
 
 def plan(
@@ -347,6 +456,7 @@ def plan(
     separate_buffers: bool = False,
     workspace: str | None = "auto",
     workspace_profile: Mapping[str, int] | None = None,
+    host_budget: Any = "auto",
 ) -> Plan:
     """Plans which tensors to swap and which sub-graphs to recompute.
 
@@ -399,20 +509,43 @@ def plan(
             rule's for those nodes (``Profile.workspace`` from
             :func:`hybridplan.profile`, which tells a node's scratch, allocated and
             freed while it ran, from its outputs).
+        host_budget: host bytes the swapped tensors may hold at once (each
+            swap-out's buffer lives from the copy's start until its last
+            swap-in ends): an int, a string such as ``"64GiB"``, ``None`` (no
+            bound) or ``"auto"`` (the default: this machine's physical memory
+            less :data:`HOST_RESERVE` when planning for this machine, i.e. the
+            ``cpu`` device or any device on a machine with a GPU; no bound for
+            a GPU model planned on a machine without one). A plan over it does
+            not fit, so ``hybrid`` falls back to recomputation.
 
     Raises:
         BudgetError: no plan fits; ``best_peak`` says the smallest peak reached.
+        HostBudgetError: plans fit the device but none the host budget;
+            ``best_host_peak`` says the smallest host peak reached.
         InvalidArgumentError: a bad budget, device or strategy.
         InvalidGraphError, ShapeError, UnsupportedGraphError: a bad graph.
 
     Example:
         >>> p = hybridplan.plan("step.pb", "16GiB", device="v100-nvlink2")  # doctest: +SKIP
     """
+    if not isinstance(strategy, str):
+        raise InvalidArgumentError(
+            f"strategy must be a string, one of {', '.join(STRATEGIES)} or 'optimal', "
+            f"got {strategy!r}"
+        )
+    loss = _args.tensor_name(loss)
+    persistent_bytes = _args.optional_count(persistent_bytes, "persistent_bytes")
+    min_bytes = parse_bytes(min_bytes, "min_bytes") if min_bytes else 0
+    profile_items = _args.profile_items(profile)
+    separate_buffers = _args.flag(separate_buffers, "separate_buffers")
     if strategy == OPTIMAL:
+        time_limit = _args.number(time_limit, "time_limit (seconds)")
+        if host_budget not in (None, "auto"):
+            raise InvalidArgumentError("strategy='optimal' takes no host_budget")
         selection = (include_scopes, exclude_scopes, include_types, exclude_types)
         if tflms is not None or any(selection):
             raise InvalidArgumentError("strategy='optimal' takes no tflms parameters or selection")
-        args = (loss, persistent_bytes, min_bytes, profile, time_limit, separate_buffers)
+        args = (loss, persistent_bytes, min_bytes, profile_items, time_limit, separate_buffers)
         return _optimal(graph, budget, device, *args)
     if strategy not in STRATEGIES:
         raise InvalidArgumentError(
@@ -431,7 +564,8 @@ def plan(
     )
     name, device_json, dev = _device_args(device)
     nbytes = _budget(budget, dev)
-    min_bytes = parse_bytes(min_bytes, "min_bytes") if min_bytes else 0
+    tflms_args = _args.tflms_params(tflms)
+    host = _host_budget(host_budget, dev)
     data, traced_loss = graph_bytes(graph)
     rule = workspace_rule(workspace, dev)
     core = _core.plan(
@@ -443,12 +577,13 @@ def plan(
         loss=loss or traced_loss,
         persistent_bytes=persistent_bytes,
         min_bytes=min_bytes,
-        profile=sorted(profile.items()) if profile else None,
-        tflms=_tflms_args(tflms),
+        profile=profile_items,
+        tflms=tflms_args,
         select=select if any(select) else None,
         separate_buffers=separate_buffers,
         workspace=rule,
         workspace_profile=workspace_overrides(workspace_profile),
+        host_budget=host,
     )
     report = json.loads(core.report_json)
     report["workspace"] = rule
@@ -462,7 +597,7 @@ def _optimal(
     loss: str | None,
     persistent_bytes: int | None,
     min_bytes: int,
-    profile: dict[int, float] | None,
+    profile: list[tuple[int, float]] | None,
     time_limit: float,
     separate_buffers: bool,
 ) -> Plan:
@@ -475,14 +610,13 @@ def _optimal(
 
     name, device_json, dev = _device_args(device)
     nbytes = _budget(budget, dev)
-    min_bytes = parse_bytes(min_bytes, "min_bytes") if min_bytes else 0
     data, traced_loss = graph_bytes(graph)
     common = dict(
         device=name,
         device_json=device_json,
         loss=loss or traced_loss,
         persistent_bytes=persistent_bytes,
-        profile=sorted(profile.items()) if profile else None,
+        profile=profile,
     )
     problem = json.loads(
         _core.export_problem(data, min_bytes=min_bytes, separate_buffers=True, **common)
@@ -526,21 +660,47 @@ def _with_best_peak(
     )
 
 
+#: Bounds of :func:`synthetic_graphdef`'s arguments (the core's ``synth::MAX_NODES``
+#: and ``MAX_DIM``): a larger graph would not fit in memory.
+SYNTH_MAX_NODES = 10**7
+SYNTH_MAX_DIM = 2**20
+
+
 def synthetic_graphdef(
     nodes: int, kind: str = "mixed", *, batch: int = 8, size: int = 32, channels: int = 64
 ) -> bytes:
     """Serialized GraphDef of a synthetic training step of about ``nodes`` nodes.
 
     Stacked residual (``"residual"``), transformer (``"transformer"``),
-    alternating (``"mixed"``) or random layered DAG (``"dag"``: dense nodes
-    reading one or two nodes of the two layers before, seeded) blocks, with
-    forward, backward and SGD-momentum
-    update ops shaped like a TensorFlow 2 train step. Generated by the Rust
+    alternating (``"mixed"``), random layered DAG (``"dag"``: dense nodes
+    reading one or two nodes of the two layers before, seeded) or narrow
+    residual (``"narrow"``: conv, fused batch norm, ReLU and add per block,
+    many small activations, so plans below the peak hold thousands of
+    swaps) blocks, with forward, backward and update ops shaped like a TensorFlow 2
+    train step. Generated by the Rust
     core in O(nodes); for benchmarks and tests at 10^4..10^6 nodes.
+
+    Raises:
+        InvalidArgumentError: ``nodes`` outside 1..10^7, ``batch``, ``size`` or
+            ``channels`` outside 1..2^20, or an unknown ``kind``.
     """
-    if not isinstance(nodes, int) or nodes <= 0:
-        raise InvalidArgumentError(f"nodes must be a positive int, got {nodes!r}")
+    nodes = _args.count(nodes, "nodes", low=1, high=SYNTH_MAX_NODES)
+    if not isinstance(kind, str):
+        raise InvalidArgumentError(
+            f"kind must be a string ('residual', 'transformer', 'mixed', 'dag' or 'narrow'), "
+            f"got {kind!r}"
+        )
+    batch = _args.count(batch, "batch", low=1, high=SYNTH_MAX_DIM)
+    size = _args.count(size, "size", low=1, high=SYNTH_MAX_DIM)
+    channels = _args.count(channels, "channels", low=1, high=SYNTH_MAX_DIM)
     return _core.synthetic_graphdef(nodes, kind, batch, size, channels)
+
+
+def _size(n: int) -> str:
+    """``N bytes (x.y MiB)``."""
+    from .report import fmt_size
+
+    return fmt_size(n)
 
 
 def _first(pair: Any) -> Any:

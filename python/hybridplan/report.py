@@ -10,13 +10,14 @@ from pathlib import Path
 
 import numpy as np
 
-from ._files import atomic_write
+from ._files import write_all
 from .planning import Plan
 
 __all__ = [
     "fmt_bytes",
     "html_report",
     "memory_figure",
+    "report_files",
     "streams_figure",
     "summary_table",
     "write_report",
@@ -53,19 +54,35 @@ _ROWS = [
 ]
 
 
-def summary_table(plans: Mapping[str, Plan | None], budget: int | None = None) -> str:
-    """Original vs each plan, one column each (``None``: no plan fits)."""
+def fmt_size(n: int) -> str:
+    """Bytes exactly and in binary units, e.g. ``33716224 bytes (32.2 MiB)``."""
+    return f"{n} bytes ({fmt_bytes(n)})" if n >= 1024 else f"{n} bytes"
+
+
+def summary_table(
+    plans: Mapping[str, Plan | None],
+    budget: int | None = None,
+    original: Mapping | None = None,
+    best: tuple[int, str] | None = None,
+) -> str:
+    """Original vs each plan, one column each (``None``: no plan fits).
+
+    ``original`` gives the original step's figures when no plan carries them
+    (nothing fits); ``best`` the smallest peak reached and its strategy, printed
+    under the table when no plan fits.
+    """
     first = next((p for p in plans.values() if p is not None), None)
     cols: list[tuple[str, dict | None]] = []
-    if first is not None:
-        cols.append(("original", first.report["original"]))
+    base_figures = first.report["original"] if first is not None else original
+    if base_figures is not None:
+        cols.append(("original", dict(base_figures)))
     cols += [(name, p.report["planned"] if p else None) for name, p in plans.items()]
     head = ["", *[c[0] for c in cols]]
     rows = [head]
     for label, key, fmt in _ROWS:
         rows.append([label, *[fmt(c[1][key]) if c[1] else "no plan fits" for c in cols]])
-    if first is not None and first.report["original"]["step_time_s"] > 0:
-        base = first.report["original"]["step_time_s"]
+    if base_figures is not None and base_figures["step_time_s"] > 0:
+        base = base_figures["step_time_s"]
         rows.append(
             [
                 "slowdown vs original",
@@ -83,6 +100,11 @@ def summary_table(plans: Mapping[str, Plan | None], budget: int | None = None) -
     lines.insert(1, "-" * len(lines[0]))
     if budget is not None:
         lines.insert(0, f"budget: {fmt_bytes(budget)}")
+    if best is not None and first is None:
+        lines.append(
+            f"no strategy fits; the smallest peak reached is {fmt_bytes(best[0])} "
+            f"({best[0]} bytes, strategy {best[1]!r}): raise the budget to at least that"
+        )
     return "\n".join(lines)
 
 
@@ -93,7 +115,14 @@ def memory_figure(plan: Plan, measured: tuple[np.ndarray, np.ndarray] | None = N
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(9, 4.2))
+    if measured is None:
+        fig, ax = plt.subplots(figsize=(9, 4.2))
+        axes = [ax]
+    else:
+        # The measured curve runs on a different clock (the CPU's, not the device
+        # model's): its own axes, the same memory scale.
+        fig, axes = plt.subplots(2, 1, figsize=(9, 7), sharey=True)
+        ax = axes[0]
     top = max(plan.budget, plan.original.peak_bytes)
     unit, scale = next(
         (u, s)
@@ -103,16 +132,29 @@ def memory_figure(plan: Plan, measured: tuple[np.ndarray, np.ndarray] | None = N
     for which, style in (("original", "--"), ("planned", "-")):
         t, b = plan.timeline(which)
         ax.step(t * 1e3, b / scale, style, where="post", label=f"{which} (predicted)")
-    if measured is not None:
-        ax.plot(measured[0] * 1e3, measured[1] / scale, ":", label="measured")
     ax.axhline(plan.budget / scale, color="red", lw=1, label="budget")
-    ax.set_xlabel("time in the step (ms)")
+    ax.set_xlabel(f"predicted time in the step on {plan.report['device']} (ms)")
     ax.set_ylabel(f"device memory ({unit})")
     ax.set_title(
         f"device memory, {plan.report.get('strategy_requested', plan.strategy)} plan "
-        f"on {plan.report['device']}"
+        f"on {plan.report['device']} (predicted)"
     )
     ax.legend(loc="upper left", fontsize=8)
+    if measured is not None:
+        m = axes[1]
+        m.step(
+            measured[0] * 1e3,
+            measured[1] / scale,
+            "-",
+            where="post",
+            color="tab:green",
+            label="planned (measured)",
+        )
+        m.axhline(plan.budget / scale, color="red", lw=1, label="budget")
+        m.set_xlabel("measured wall-clock time in the step on this machine (ms)")
+        m.set_ylabel(f"device memory ({unit})")
+        m.set_title("device memory of the rewritten step, measured")
+        m.legend(loc="upper left", fontsize=8)
     fig.tight_layout()
     return fig
 
@@ -132,6 +174,7 @@ def streams_figure(plan: Plan):
         3: ("host->device", "tab:purple"),
     }
     ypos = {"compute": 2, "device->host": 1, "host->device": 0}
+    names = {0: "op", 1: "recompute clone", 2: "swap-out copy", 3: "swap-in copy"}
     fig, ax = plt.subplots(figsize=(9, 2.6))
     for k, (lane, color) in lanes.items():
         sel = kinds == k
@@ -142,11 +185,13 @@ def streams_figure(plan: Plan):
                 color=color,
                 edgecolor="white" if k >= 2 else None,  # one box per copy
                 linewidth=0.6,
-                label="recompute" if k == 1 else lane,
+                label=names[k],
             )
     ax.set_yticks(list(ypos.values()), list(ypos.keys()))
-    ax.set_xlabel("time in the step (ms)")
-    ax.set_title("streams of the planned step (orange: recompute clones)")
+    ax.set_xlabel("predicted time in the step (ms)")
+    ax.set_title("streams of the planned step")
+    if len(set(kinds.tolist())) > 1:  # a legend only names what is drawn
+        ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8)  # beside the lanes
     fig.tight_layout()
     return fig
 
@@ -200,6 +245,28 @@ def html_report(
     )
 
 
+def report_files(
+    plans: Mapping[str, Plan | None],
+    main: str,
+    out_dir: str | Path,
+    measured: tuple[np.ndarray, np.ndarray] | None = None,
+    notes: Sequence[str] = (),
+) -> dict[Path, bytes]:
+    """The files of :func:`write_report`, rendered in memory: ``{path: bytes}``."""
+    out = Path(out_dir)
+    p = plans[main]
+    files: dict[Path, bytes] = {}
+    pngs: dict[str, bytes] = {}
+    if p is not None and p._timelines is not None:
+        pngs["device memory"] = _png(memory_figure(p, measured))
+        pngs["streams"] = _png(streams_figure(p))
+        files[out / "memory.png"] = pngs["device memory"]
+        files[out / "streams.png"] = pngs["streams"]
+        files[out / "plan.json"] = p.to_json().encode()
+    files[out / "report.html"] = html_report(plans, main, pngs, notes).encode()
+    return files
+
+
 def write_report(
     plans: Mapping[str, Plan | None],
     main: str,
@@ -207,25 +274,14 @@ def write_report(
     measured: tuple[np.ndarray, np.ndarray] | None = None,
     notes: Sequence[str] = (),
 ) -> dict[str, Path]:
-    """Writes memory.png, streams.png, report.html and plan.json into ``out_dir``.
+    """Writes memory.png, streams.png, report.html and plan.json into ``out_dir``
+    (created if missing), all or none.
 
     ``measured`` is a measured ``(seconds, device bytes)`` curve of the planned
-    step, drawn on the memory picture next to the predicted ones; ``notes``
-    are lines of text placed under the table.
+    step, drawn below the predicted ones on its own time axis; ``notes`` are
+    lines of text placed under the table.
     """
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    p = plans[main]
-    files: dict[str, Path] = {}
-    pngs: dict[str, bytes] = {}
-    if p is not None and p._timelines is not None:
-        pngs["device memory"] = _png(memory_figure(p, measured))
-        pngs["streams"] = _png(streams_figure(p))
-        for name, fname in (("device memory", "memory.png"), ("streams", "streams.png")):
-            atomic_write(out / fname, pngs[name])
-            files[fname] = out / fname
-        p.save(out / "plan.json")
-        files["plan.json"] = out / "plan.json"
-    atomic_write(out / "report.html", html_report(plans, main, pngs, notes).encode())
-    files["report.html"] = out / "report.html"
-    return files
+    files = report_files(plans, main, out_dir, measured, notes)
+    Path(out_dir).mkdir(parents=True, exist_ok=True)
+    write_all(files)
+    return {path.name: path for path in files}

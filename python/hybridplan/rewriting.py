@@ -86,6 +86,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from . import _args
 from .errors import InvalidArgumentError, UnsupportedGraphError
 from .inlining import inlined
 
@@ -240,8 +241,14 @@ def rewrite_with_summary(
 
         new_gd = rewrite(traced.graph_def, plan, target="cpu-emulation")
     """
-    if target not in TARGETS:
+    if not isinstance(target, str) or target not in TARGETS:
         raise InvalidArgumentError(f"unknown target {target!r}; use one of {sorted(TARGETS)}")
+    if not (hasattr(graph_def, "node") and hasattr(graph_def, "SerializeToString")):
+        raise InvalidArgumentError(
+            f"graph_def must be a tf GraphDef, got {type(graph_def).__name__} "
+            "(read bytes with GraphDef.FromString)"
+        )
+    _args.rewrite_spec(plan)
     spec = TARGETS[target]
     # A plan's node indices are those of the graph the planner read: calls inlined.
     graph_def = inlined(graph_def)

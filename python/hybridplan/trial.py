@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from .errors import InvalidArgumentError
+from .errors import BudgetError, InvalidArgumentError
 
 __all__ = ["Trial", "same_bits", "side_by_side", "trial"]
 
@@ -40,6 +40,9 @@ class Trial:
         original, planned: the two :class:`~hybridplan.measuring.Measurement` s.
         same_losses: every step's loss equal bit for bit.
         same_weights: every variable equal bit for bit after the steps.
+        fraction: the fraction of the original's activation peak the budget allowed
+            (None when ``budget`` was given).
+        note: how the budget was chosen, when :func:`trial` chose it.
     """
 
     plan: Any
@@ -52,6 +55,22 @@ class Trial:
     same_weights: bool
     workspace: str = "none"
     predicted_scratch: int = 0
+    fraction: float | None = None
+    note: str = ""
+
+    def __repr__(self) -> str:
+        from .report import fmt_bytes
+
+        same = "equal bit for bit" if self.same_losses and self.same_weights else "DIFFERENT"
+        o, n = self.original.step_time, self.planned.step_time
+        return (
+            f"Trial({self.plan.strategy!r}: losses and weights {same}; measured activation "
+            f"peak {fmt_bytes(self.planned.device_peak)} "
+            f"{'within' if self.within_budget else 'OVER'} the activation budget "
+            f"{fmt_bytes(self.activation_budget)}; tensors {self.peak_ratio:.0%} of the original's "
+            f"{fmt_bytes(self.original.device_tensor_peak)}); step {o * 1e3:.1f} -> "
+            f"{n * 1e3:.1f} ms)"
+        )
 
     @property
     def within_budget(self) -> bool:
@@ -82,37 +101,76 @@ def trial(
     """Traces ``workload`` (a :class:`hybridplan.models.Workload`), plans it for
     the ``cpu`` device model under ``budget`` (bytes or a string, persistent
     bytes included) or, when ``budget`` is None, under the persistent bytes
-    plus ``fraction`` (default 0.7) of the original's tensor activation peak plus
-    the largest scratch one kernel takes (``Analysis.workspace_peak_bytes``: no plan
-    removes it; 0 with oneDNN's kernels, docs/devices.md); rewrites it for CPU
-    emulation and runs both steps ``steps`` times on the same batches, with Grappler
-    as TensorFlow sets it by default (see :func:`side_by_side`).
+    plus ``fraction`` of the original's tensor activation peak plus the largest
+    scratch one kernel takes (``Analysis.workspace_peak_bytes``: no plan removes it; 0
+    with oneDNN's kernels, docs/devices.md); rewrites it for CPU emulation and runs both
+    steps ``steps`` times on the same batches, with Grappler as TensorFlow sets it by
+    default (see :func:`side_by_side`).
+
+    With neither ``budget`` nor ``fraction``, the fraction is 0.7, or, when no plan
+    reaches 0.7 (a small model whose peak is mostly what no swap or recompute can
+    free), the smallest fraction a plan reaches; ``Trial.note`` says which.
 
     Raises:
-        BudgetError: no plan fits; InvalidArgumentError: bad arguments.
+        BudgetError: no plan fits (for a ``fraction``, the message gives the smallest
+            reachable one); InvalidArgumentError: bad arguments.
     """
+    from . import _args
     from .analysis import analyze
     from .applying import apply
 
     if budget is not None and fraction is not None:
         raise InvalidArgumentError("give a budget or a fraction, not both")
-    f = DEFAULT_FRACTION if fraction is None else fraction
+    f = DEFAULT_FRACTION if fraction is None else _args.number(fraction, "fraction")
     if not 0 < f <= 1:
         raise InvalidArgumentError(f"fraction must be in (0, 1], got {f}")
+    steps = _args.count(steps, "steps", low=1, high=10**6)
     traced = workload.trace()
-    a = analyze(traced, workspace=plan_options.get("workspace", "auto"))
-    if budget is None:
-        tensors = a.tensor_peak_bytes - a.persistent_bytes
-        budget = a.persistent_bytes + int(tensors * f) + a.workspace_peak_bytes
-    r = apply(
+    a = analyze(
         traced,
-        budget,
-        strategy=strategy,
-        device="cpu",
-        target="cpu-emulation",
-        min_bytes=min_bytes,
-        **plan_options,
+        workspace=plan_options.get("workspace", "auto"),
+        workspace_profile=plan_options.get("workspace_profile"),
     )
+    scratch = a.workspace_peak_bytes  # no plan removes it
+    note = ""
+
+    def run(b: Any) -> Any:
+        return apply(
+            traced,
+            b,
+            strategy=strategy,
+            device="cpu",
+            target="cpu-emulation",
+            min_bytes=min_bytes,
+            **plan_options,
+        )
+
+    if budget is not None:
+        r = run(budget)
+        f = None
+    else:
+        act = max(1, a.tensor_peak_bytes - a.persistent_bytes)
+        asked = a.persistent_bytes + scratch + int(act * f)
+        r, reached = _smallest_reachable(run, asked)
+        if reached != asked:
+            reach = (reached - a.persistent_bytes - scratch) / act
+            if fraction is not None:
+                raise BudgetError(
+                    f"fraction={f:g} asks for {int(act * f)} bytes of tensors (plus {scratch} "
+                    f"bytes of kernel scratch), but the smallest a {strategy} plan reaches is "
+                    f"{reached - a.persistent_bytes - scratch} bytes, {reach:.1%} of the "
+                    f"original's tensor peak {act}: pass fraction={_ceil2(reach):g} or more, "
+                    "or omit it",
+                    asked,
+                    reached,
+                    strategy,
+                )
+            f = reach
+            note = (
+                f"no plan reaches {DEFAULT_FRACTION:.0%} of the original's tensor peak; "
+                f"the budget is the smallest a plan reaches, {reach:.1%} of it (plus the "
+                "largest kernel scratch)"
+            )
     base, new = side_by_side(traced, r.graph_def, workload.batch, steps)
     return Trial(
         plan=r.plan,
@@ -125,7 +183,36 @@ def trial(
         same_weights=_equal(base.weights, new.weights),
         workspace=r.plan.report.get("workspace", "none"),
         predicted_scratch=a.workspace_peak_bytes,
+        fraction=f,
+        note=note,
     )
+
+
+#: Plans :func:`_smallest_reachable` tries before it gives up.
+_REACH_TRIES = 8
+
+
+def _smallest_reachable(run: Any, budget: int) -> tuple[Any, int]:
+    """``run(budget)``, or, when no plan fits, ``run`` of the smallest peak the
+    planner reached, repeated: a greedy planner given that peak as its budget may
+    take other steps and reach a higher one (BudgetError.best_peak is a peak some
+    plan reached, not always one the planner finds again). The budget grows at
+    every try; at most ``_REACH_TRIES`` tries. Returns (result, budget used)."""
+    for _ in range(_REACH_TRIES - 1):
+        try:
+            return run(budget), budget
+        except BudgetError as e:
+            if e.best_peak <= budget:
+                raise
+            budget = e.best_peak
+    return run(budget), budget
+
+
+def _ceil2(x: float) -> float:
+    """``x`` rounded up to two decimals."""
+    import math
+
+    return math.ceil(x * 100 - 1e-9) / 100
 
 
 def side_by_side(traced: Any, graph_def: Any, batches: Any, steps: int = 3) -> tuple[Any, Any]:

@@ -62,6 +62,11 @@ _PAD_CHARS = frozenset("-9A")
 #: the names it gives the nodes around them (``<source>/_<n>``, ``<source>/ctrl/_<n>``: a
 #: control edge crossing devices becomes a dummy ``Const``, a pair and an ``Identity``).
 _TRANSFER_OPS = frozenset({"_Send", "_Recv", "_HostSend", "_HostRecv"})
+#: The runtime's plumbing, not the step's kernels: function arguments and results, and
+#: ``_EagerConst``, which converts a NumPy batch once per process in a function graph of
+#: its own (``_Arg`` -> ``_EagerConst`` -> ``_Retval``), so whichever step runs first shows
+#: one such graph per fed array and the other none.
+_PLUMBING_OPS = frozenset({"_Arg", "_Retval", "_DeviceArg", "_DeviceRetval", "_EagerConst"})
 _PARTITIONER = re.compile(r"/_\d+$")
 
 
@@ -254,16 +259,17 @@ def run_recorded(step: Callable[..., Any], *args: Any, **kwargs: Any) -> tuple[A
 def kernel_counts(run_metadata: Any, leave_out: Iterable[str] = ()) -> dict[str, int]:
     """The kernels of the executed graphs in ``run_metadata`` (as :func:`verify` reads
     them) by type: the op, and for a fused kernel the ops it fused (its ``fused_ops``
-    attribute) as ``op(a,b)``. Nodes named in ``leave_out`` (or ``<scope>/name``) and
-    what the partitioner adds for a device crossing are not counted. O(executed nodes)."""
+    attribute) as ``op(a,b)``. Nodes named in ``leave_out`` (or ``<scope>/name``), what
+    the partitioner adds for a device crossing and the runtime's plumbing (function
+    arguments and results, ``_EagerConst``) are not counted. O(executed nodes)."""
     graphs, _ = _executed_graphs(run_metadata)
     names = set(leave_out)
     counts: dict[str, int] = {}
     for graph in graphs:
         for node in graph.node:
-            if node.op in _TRANSFER_OPS or _PARTITIONER.search(node.name):
+            if node.op in _TRANSFER_OPS or node.op in _PLUMBING_OPS:
                 continue
-            if _planned(node.name, names):
+            if _PARTITIONER.search(node.name) or _planned(node.name, names):
                 continue
             key = node.op
             if "fused_ops" in node.attr:

@@ -6,7 +6,9 @@
 //!     cargo run --release -p hybridplan-core --example plan_digest -- [mixed:1e4 ..]
 //!
 //! `DIGEST_REPEAT=k` plans each k times (the time printed is the least).
-//! A graph `mixed:1e6:hybrid` plans that strategy only. With no arguments: mixed 10^4, 10^5, 10^6 and dag 10^4, 10^5, each with
+//! A graph `mixed:1e6:hybrid` plans that strategy only, `mixed:1e6:hybrid:0.9`
+//! under 0.9 of the activation peak (default 0.5); the kinds are
+//! those of `SynthKind::name` (`narrow:1e5`, `transformer:1e4`, ...). With no arguments: mixed 10^4, 10^5, 10^6 and dag 10^4, 10^5, each with
 //! the strategies tflms, swap, recompute, chen, hybrid-paper and hybrid under
 //! the persistent bytes plus half the activation peak (as `benches/plan.rs`).
 
@@ -22,16 +24,17 @@ use hybridplan_core::synth::{self, SynthKind, SynthSpec};
 
 const STRATEGIES: [Strategy; 6] = Strategy::ALL;
 
-fn parse(arg: &str) -> Option<(SynthKind, usize, Option<&str>)> {
+fn parse(arg: &str) -> Option<(SynthKind, usize, Option<&str>, f64)> {
     let mut parts = arg.split(':');
-    let (kind, size, only) = (parts.next()?, parts.next()?, parts.next());
-    let kind = match kind {
-        "mixed" => SynthKind::Mixed,
-        "dag" => SynthKind::Dag,
-        _ => return None,
+    let (kind, size) = (parts.next()?, parts.next()?);
+    let only = parts.next().filter(|o| !o.is_empty());
+    let fraction = match parts.next() {
+        Some(f) => f.parse::<f64>().ok().filter(|f| *f > 0.0 && *f <= 1.0)?,
+        None => 0.5,
     };
+    let kind = SynthKind::from_name(kind)?;
     let n = size.parse::<f64>().ok()? as usize;
-    Some((kind, n, only))
+    Some((kind, n, only, fraction))
 }
 
 /// FNV-1a: stable across runs and builds (unlike `DefaultHasher`'s keys).
@@ -62,7 +65,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         Err(_) => 1,
     };
     for arg in graphs {
-        let (kind, target, only) = parse(arg).ok_or_else(|| format!("bad graph '{arg}'"))?;
+        let (kind, target, only, fraction) =
+            parse(arg).ok_or_else(|| format!("bad graph '{arg}'"))?;
         let spec = SynthSpec {
             kind,
             blocks: synth::blocks_for_nodes(kind, target),
@@ -70,7 +74,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         };
         let a = analyze(&synth::graphdef(&spec), &BuildOptions::default())?;
         let persistent = a.graph.persistent_bytes;
-        let budget = persistent + a.liveness.peak_bytes.saturating_sub(persistent) / 2;
+        let active = a.liveness.peak_bytes.saturating_sub(persistent);
+        let budget = persistent + (active as f64 * fraction) as u64;
         for s in STRATEGIES {
             if only.is_some_and(|o| o != s.name()) {
                 continue;

@@ -26,6 +26,7 @@ fn main() {
         Ok(Verdict {
             peak_bytes: r.peak_bytes,
             step_time_s: r.step_time_s,
+            host_peak_bytes: hybridplan_core::host::host_memory(&a.graph, p, &r).peak_bytes,
         })
     };
     let opts = PlanOptions {

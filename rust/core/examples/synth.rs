@@ -14,15 +14,10 @@ use hybridplan_core::{graphdef, liveness, schedule};
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    let kind = match args.first().map(String::as_str) {
-        None | Some("mixed") => SynthKind::Mixed,
-        Some("residual") => SynthKind::Residual,
-        Some("transformer") => SynthKind::Transformer,
-        Some("dag") => SynthKind::Dag,
-        Some(k) => {
-            return Err(format!("unknown kind '{k}': residual, transformer, mixed or dag").into())
-        }
-    };
+    let name = args.first().map_or("mixed", String::as_str);
+    let kind = SynthKind::from_name(name).ok_or_else(|| {
+        format!("unknown kind '{name}': residual, transformer, mixed, dag or narrow")
+    })?;
     let target: usize = match args.get(1) {
         Some(n) => n.parse()?,
         None => 10_000,

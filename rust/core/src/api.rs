@@ -32,11 +32,20 @@ pub struct Figures {
     pub swaps: usize,
     pub swap_ins: usize,
     pub clones: usize,
+    /// Most swapped bytes held in host memory at once (`host.rs`).
+    #[serde(default)]
+    pub host_peak_bytes: u64,
+    /// The pinned host memory that needs on a GPU (`host.rs`).
+    #[serde(default)]
+    pub pinned_bytes: u64,
 }
 
 impl Figures {
-    pub(crate) fn of(sim: &SimResult, plan: &Plan) -> Self {
+    pub(crate) fn of(g: &Graph, sim: &SimResult, plan: &Plan) -> Self {
+        let host = crate::host::host_memory(g, plan, sim);
         Figures {
+            host_peak_bytes: host.peak_bytes,
+            pinned_bytes: host.pinned_bytes,
             peak_bytes: sim.peak_bytes,
             step_time_s: sim.step_time_s,
             compute_time_s: sim.compute_time_s,
@@ -110,6 +119,16 @@ pub struct PlanReport {
     pub evaluations: u32,
     pub swap_options: usize,
     pub recompute_options: usize,
+    /// The host budget planned under (bytes; `u64::MAX`: none).
+    #[serde(default = "no_host_budget")]
+    pub host_budget: u64,
+    /// The planned step's host memory over time (`host.rs`), `(s, bytes)`.
+    #[serde(default)]
+    pub host_timeline: Vec<(f64, u64)>,
+}
+
+fn no_host_budget() -> u64 {
+    u64::MAX
 }
 
 /// The report and both simulations (for timelines and pictures).
@@ -184,30 +203,18 @@ pub fn plan_analysis(
             return Ok(Verdict {
                 peak_bytes: original.peak_bytes,
                 step_time_s: original.step_time_s,
+                host_peak_bytes: 0,
             });
         }
         let r = simulate_summary_in(&lay, dev, p, &mut scratch.borrow_mut())?;
         Ok(Verdict {
             peak_bytes: r.peak_bytes,
             step_time_s: r.step_time_s,
+            host_peak_bytes: r.host_peak_bytes,
         })
     };
     let planner = Planner::new(&ctx, opts, &judge)?;
-    let planned: Planned = planner.run().map_err(|e| match e {
-        PlanError::Budget {
-            budget,
-            best_peak,
-            strategy,
-        } if budget < a.graph.persistent_bytes => PlanError::Budget {
-            budget,
-            best_peak,
-            strategy: format!(
-                "{strategy}; the variables and optimizer slots alone take {} bytes",
-                a.graph.persistent_bytes
-            ),
-        },
-        e => e,
-    })?;
+    let planned: Planned = planner.run()?;
     let mut plan = planned.plan;
     let chosen = full(&plan)?;
     let sim = if plan.swaps.is_empty() {
@@ -221,6 +228,16 @@ pub fn plan_analysis(
             budget: opts.budget,
             best_peak: sim.peak_bytes,
             strategy: planned.strategy,
+            persistent_bytes: a.graph.persistent_bytes,
+        });
+    }
+    let host = crate::host::host_memory(&a.graph, &plan, &sim);
+    if host.peak_bytes > opts.host_budget {
+        // The release nodes moved the copies: the host peak is judged again.
+        return Err(PlanError::HostBudget {
+            host_budget: opts.host_budget,
+            best_host_peak: host.peak_bytes,
+            budget: opts.budget,
         });
     }
     let (so, ro) = planner.num_options();
@@ -232,14 +249,16 @@ pub fn plan_analysis(
         persistent_bytes: a.graph.persistent_bytes,
         num_nodes: a.graph.num_nodes(),
         loss: (a.graph.loss != crate::graph::NONE).then(|| a.graph.tensor_name(a.graph.loss)),
-        original: Figures::of(&original, &Plan::default()),
-        planned: Figures::of(&sim, &plan),
+        original: Figures::of(&a.graph, &original, &Plan::default()),
+        planned: Figures::of(&a.graph, &sim, &plan),
         swaps: swap_decisions(&a.graph, &plan),
         recomputes: recompute_decisions(&a.graph, &plan, &times),
         unknown_ops,
         evaluations: planned.evaluations,
         swap_options: so,
         recompute_options: ro,
+        host_budget: opts.host_budget,
+        host_timeline: host.timeline,
     };
     Ok(Outcome {
         report,

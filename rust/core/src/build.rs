@@ -85,12 +85,19 @@ pub fn specs_from_raw<'a>(raw: &RawGraph<'a>) -> Result<Vec<NodeSpec<'a>>> {
     let functions: rustc_hash::FxHashSet<&str> = raw.functions.iter().copied().collect();
     let mut specs = Vec::with_capacity(raw.nodes.len());
     for (i, n) in raw.nodes.iter().enumerate() {
+        let shaped = matches!(
+            n.attr("_output_shapes"),
+            Some(Attr::Shapes(_) | Attr::Shape(_))
+        );
         let shapes: Vec<Shape> = match n.attr("_output_shapes") {
             Some(Attr::Shapes(s)) => s.clone(),
             Some(Attr::Shape(s)) => vec![s.clone()],
             _ => fallback_shapes(n, referenced.get(i).copied().unwrap_or(0)),
         };
         let count = shapes.len();
+        if opkind::passes_each_input_through(n.op.as_bytes()) {
+            check_pass_through(n, shaped.then_some(count))?;
+        }
         let outputs = shapes
             .into_iter()
             .enumerate()
@@ -117,6 +124,36 @@ pub fn specs_from_raw<'a>(raw: &RawGraph<'a>) -> Result<Vec<NodeSpec<'a>>> {
         inherit_dtypes(&mut specs, index.get_or_insert_with(|| raw_index(raw)))?;
     }
     Ok(specs)
+}
+
+/// Refuses an op that passes each data input through as the output of the
+/// same index typed by `T` (`opkind::passes_each_input_through`) unless `T`
+/// lists one type per data input and `_output_shapes`, if given (`shaped`:
+/// its count), one shape per data input. TensorFlow refuses such a node, and
+/// the rewrite, which counts the outputs from `T`, could not redirect a
+/// reader of an output `T` lacks. O(inputs).
+fn check_pass_through(n: &RawNode<'_>, shaped: Option<usize>) -> Result<()> {
+    let data = n.inputs.iter().filter(|s| !s.starts_with('^')).count();
+    let listed = match n.attr("T") {
+        Some(Attr::Types(ts)) => Some(ts.len()),
+        Some(Attr::Shapes(s)) if s.is_empty() => Some(0), // an empty list
+        _ => None,
+    };
+    let what = match (listed, n.attr("T")) {
+        (Some(k), _) if k == data => match shaped {
+            Some(c) if c != data => format!("_output_shapes lists {c} shapes"),
+            _ => return Ok(()),
+        },
+        (Some(k), _) => format!("its attribute T lists {k} types"),
+        (None, None) => "it has no attribute T".into(),
+        (None, Some(_)) => "its attribute T is not a list of types".into(),
+    };
+    Err(PlanError::InvalidGraph(format!(
+        "node '{}' (op {}) has {data} data inputs but {what}: it passes input i \
+         through as output i of type T[i], so T must list {data} types (and \
+         _output_shapes {data} shapes); TensorFlow refuses this NodeDef too",
+        n.name, n.op
+    )))
 }
 
 fn raw_index<'a>(raw: &RawGraph<'a>) -> FxHashMap<&'a str, usize> {

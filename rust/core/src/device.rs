@@ -104,6 +104,13 @@ fn gpu_kernels() -> String {
     "gpu".into()
 }
 
+/// Least rate (operations or bytes per second) a device model may give.
+pub const MIN_RATE: f64 = 1.0;
+/// Largest launch overhead or link latency, seconds.
+pub const MAX_TIME_S: f64 = 1e6;
+/// Least duplex factor.
+pub const MIN_DUPLEX: f64 = 0.01;
+
 const GB: f64 = 1e9;
 const T: f64 = 1e12;
 const GIB: u64 = 1 << 30;
@@ -210,11 +217,17 @@ impl DeviceModel {
         }
     }
 
-    /// Checks that every rate is positive and finite, times are
-    /// non-negative, and the duplex factor lies in (0, 1].
+    /// Checks that every figure is finite and in a range where no step's
+    /// time can overflow: rates at least [`MIN_RATE`] per second, times
+    /// in `[0, MAX_TIME_S]` seconds, the duplex factor in
+    /// `[MIN_DUPLEX, 1]`. With these bounds an op of a graph of u64 bytes
+    /// (at most 2^131 FLOPs: a `MatMul` of two 2^65-element operands) takes
+    /// under 10^40 s and a copy under 10^22 s, so 2^32 of each sum to a
+    /// finite step time; a rate of 10^-300 would make one op infinite.
     ///
     /// # Errors
-    /// [`PlanError::InvalidArgument`] naming the field.
+    /// [`PlanError::InvalidArgument`] naming the field, its value and the
+    /// valid range.
     pub fn validate(&self) -> Result<()> {
         let rates = [
             ("flops_f32", self.flops_f32),
@@ -226,21 +239,21 @@ impl DeviceModel {
             ("d2h_bandwidth", self.d2h_bandwidth),
         ];
         for (field, v) in rates {
-            if !(v.is_finite() && v > 0.0) {
-                return Err(self.bad(field, v, "a positive, finite rate"));
+            if !(v.is_finite() && v >= MIN_RATE) {
+                return Err(self.bad(field, v, "a finite rate of at least 1 per second"));
             }
         }
         for (field, v) in [
             ("launch_overhead_s", self.launch_overhead_s),
             ("link_latency_s", self.link_latency_s),
         ] {
-            if !(v.is_finite() && v >= 0.0) {
-                return Err(self.bad(field, v, "a non-negative, finite time in seconds"));
+            if !(v.is_finite() && (0.0..=MAX_TIME_S).contains(&v)) {
+                return Err(self.bad(field, v, "a time in seconds in [0, 1e6]"));
             }
         }
         let d = self.duplex_factor;
-        if !(d > 0.0 && d <= 1.0) {
-            return Err(self.bad("duplex_factor", d, "a fraction in (0, 1]"));
+        if !((MIN_DUPLEX..=1.0).contains(&d)) {
+            return Err(self.bad("duplex_factor", d, "a fraction in [0.01, 1]"));
         }
         if !matches!(self.kernels.as_str(), "cpu" | "gpu") {
             crate::workspace::WorkspaceRule::parse(&self.kernels).map_err(|e| {
@@ -256,7 +269,8 @@ impl DeviceModel {
 
     fn bad(&self, field: &str, v: f64, want: &str) -> PlanError {
         PlanError::InvalidArgument(format!(
-            "device model '{}': field {field} is {v}, it must be {want}",
+            "device model '{}': field {field} is {v:?}, it must be {want} (out of that range a \
+             step's predicted time can overflow to infinity or mean nothing)",
             self.name
         ))
     }
@@ -365,6 +379,51 @@ mod tests {
             .unwrap_err()
             .to_string()
             .contains("extra"));
+    }
+
+    #[test]
+    fn figures_that_could_make_a_step_infinite_are_refused_naming_field_and_range() {
+        let base = preset("a100-pcie4").unwrap();
+        let set = |f: &str, v: f64| {
+            let mut d = base.clone();
+            *match f {
+                "flops_f32" => &mut d.flops_f32,
+                "flops_f16" => &mut d.flops_f16,
+                "flops_f64" => &mut d.flops_f64,
+                "flops_int" => &mut d.flops_int,
+                "mem_bandwidth" => &mut d.mem_bandwidth,
+                "h2d_bandwidth" => &mut d.h2d_bandwidth,
+                "d2h_bandwidth" => &mut d.d2h_bandwidth,
+                "launch_overhead_s" => &mut d.launch_overhead_s,
+                "link_latency_s" => &mut d.link_latency_s,
+                _ => &mut d.duplex_factor,
+            } = v;
+            d
+        };
+        let rates = FIELDS[1..6].iter().chain(&FIELDS[8..10]);
+        for &f in rates {
+            for v in [1e-300, 0.5, 0.0, -1.0, f64::INFINITY] {
+                let e = set(f, v).validate().unwrap_err().to_string();
+                assert!(e.contains(&format!("field {f} is {v:?}")), "{e}");
+                assert!(e.contains("at least 1 per second"), "{e}");
+            }
+            set(f, MIN_RATE).validate().unwrap();
+        }
+        for f in ["launch_overhead_s", "link_latency_s"] {
+            for v in [1e300, 1.5e6, -1e-9, f64::NAN] {
+                let e = set(f, v).validate().unwrap_err().to_string();
+                assert!(e.contains(f) && e.contains("in [0, 1e6]"), "{e}");
+            }
+            set(f, MAX_TIME_S).validate().unwrap();
+        }
+        for v in [1e-300, 0.005, 0.0, 1.5] {
+            let e = set("duplex_factor", v).validate().unwrap_err().to_string();
+            assert!(
+                e.contains("duplex_factor") && e.contains("in [0.01, 1]"),
+                "{e}"
+            );
+        }
+        set("duplex_factor", MIN_DUPLEX).validate().unwrap();
     }
 
     #[test]

@@ -191,6 +191,9 @@ impl<'a> Builder<'a> {
         if v.inputs.is_empty() {
             flags |= NodeFlags::SOURCE;
         }
+        if opkind::passes_each_input_through(v.op) && !passes_inputs_through(v) {
+            return Err(Defer); // the reference route names what is wrong
+        }
         self.meta.push(Meta { op, device, flags });
         match v.attrs.output_shapes {
             Some((lo, hi)) => {
@@ -509,6 +512,16 @@ fn parse_index(s: &[u8]) -> Option<u32> {
 
 /// The dtype of output `k` of `count` (0: none), by the rule of
 /// `build::output_dtype`.
+/// Whether an `IdentityN` lists one type per data input in `T`, and, when
+/// it has `_output_shapes`, one shape per data input (the reference route's
+/// `build::check_pass_through`, stricter on nothing).
+fn passes_inputs_through(v: &NodeView<'_, '_>) -> bool {
+    let data = v.inputs.iter().filter(|s| !s.starts_with(b"^")).count() as u32;
+    let listed = v.attrs.lists[crate::flatdecode::T_LIST].map(|(lo, hi)| hi - lo);
+    let shaped = v.attrs.output_shapes.map(|(lo, hi)| hi - lo);
+    listed == Some(data) && shaped.is_none_or(|c| c == data)
+}
+
 fn dtype_of(a: &NodeAttrs, arrays: &Arrays, k: u32, count: u32) -> u8 {
     for &(lo, hi) in a.lists.iter().flatten() {
         if hi - lo == count {

@@ -37,15 +37,27 @@ pub enum PlanError {
 
     /// The graph has no backward pass, so nothing can be swapped or
     /// recomputed, and it does not fit the budget as it is.
-    #[error("the graph has no backward pass (no loss found, or no gradient op depends on it): there is nothing to swap or recompute, and its peak of {peak} bytes exceeds the budget of {budget} bytes; pass a training step's graph (forward, gradients, update) or name its loss with loss=...")]
+    #[error("the graph has no backward pass (no loss found, or no gradient op depends on it): there is nothing to swap or recompute, and its peak of {} exceeds the budget of {}; pass a training step's graph (forward, gradients, update) or name its loss with loss=...", bytes_and_units(*.peak), bytes_and_units(*.budget))]
     NoBackward { peak: u64, budget: u64 },
 
-    /// No plan of any strategy fits the budget.
-    #[error("no plan fits the budget of {budget} bytes: the smallest peak reached is {best_peak} bytes (strategy '{strategy}'); raise the budget to at least {best_peak} bytes or shrink the batch")]
+    /// No plan of any strategy fits the budget. `strategy` is the strategy
+    /// that reached `best_peak`; `persistent_bytes` the graph's variables and
+    /// optimizer slots (named in the message when they alone exceed the budget).
+    #[error("{}", fmt_budget(*.budget, *.best_peak, .strategy, *.persistent_bytes))]
     Budget {
         budget: u64,
         best_peak: u64,
         strategy: String,
+        persistent_bytes: u64,
+    },
+
+    /// Plans fit the device budget, but none the host memory budget (the
+    /// swapped bytes held in host memory at once, `host.rs`).
+    #[error("no plan within the device budget of {budget} bytes fits the host memory budget of {host_budget} bytes: the smallest host peak reached is {best_host_peak} bytes; raise the host budget to at least {best_host_peak} bytes, raise the device budget (fewer swaps), or use strategy 'recompute'")]
+    HostBudget {
+        host_budget: u64,
+        best_host_peak: u64,
+        budget: u64,
     },
 
     /// An argument given by the caller is invalid.
@@ -62,6 +74,46 @@ fn fmt_cycle(nodes: &[String]) -> String {
         s.push(first);
     }
     s.join(" -> ")
+}
+
+fn fmt_budget(budget: u64, best_peak: u64, strategy: &str, persistent: u64) -> String {
+    let mut s = format!(
+        "no plan fits the budget of {}: the smallest peak reached is {}, by strategy \
+         '{strategy}'",
+        bytes_and_units(budget),
+        bytes_and_units(best_peak)
+    );
+    if budget < persistent {
+        s += &format!(
+            "; the variables and optimizer slots alone take {}",
+            bytes_and_units(persistent)
+        );
+    }
+    s + &format!("; raise the budget to at least {best_peak} bytes or shrink the batch")
+}
+
+/// `N bytes (x.y MiB)`, or `N bytes` below 1 KiB.
+pub fn bytes_and_units(n: u64) -> String {
+    if n < 1024 {
+        format!("{n} bytes")
+    } else {
+        format!("{n} bytes ({})", human_bytes(n))
+    }
+}
+
+/// A byte count in binary units with one decimal (`1.5 GiB`), or `N B` below 1 KiB.
+pub fn human_bytes(n: u64) -> String {
+    const UNITS: [&str; 6] = ["KiB", "MiB", "GiB", "TiB", "PiB", "EiB"];
+    if n < 1024 {
+        return format!("{n} B");
+    }
+    let mut x = n as f64 / 1024.0;
+    let mut u = 0;
+    while x >= 1024.0 && u + 1 < UNITS.len() {
+        x /= 1024.0;
+        u += 1;
+    }
+    format!("{x:.1} {}", UNITS[u])
 }
 
 /// Result alias of the core.

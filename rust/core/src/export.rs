@@ -209,14 +209,16 @@ pub fn evaluate(
         persistent_bytes: g.persistent_bytes,
         num_nodes: g.num_nodes(),
         loss: (g.loss != NONE).then(|| g.tensor_name(g.loss)),
-        original: Figures::of(&original, &Plan::default()),
-        planned: Figures::of(&planned, plan),
+        original: Figures::of(g, &original, &Plan::default()),
+        planned: Figures::of(g, &planned, plan),
         swaps,
         recomputes,
         unknown_ops,
         evaluations: 2,
         swap_options: 0,
         recompute_options: 0,
+        host_budget: u64::MAX,
+        host_timeline: crate::host::host_memory(g, plan, &planned).timeline,
     };
     Ok(Evaluated {
         report,

@@ -87,6 +87,9 @@ pub(crate) type Span = (u32, u32);
 /// `component_types`, `T`.
 pub(crate) const LIST_KEYS: usize = 5;
 
+/// Index of `T` in [`NodeAttrs::lists`].
+pub(crate) const T_LIST: usize = 4;
+
 /// What the build reads of one node's attributes (see `build::specs_from_raw`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct NodeAttrs {

@@ -19,6 +19,7 @@
 //! | plan | [`plan`] | candidates, units, options, the greedy, TFLMS, the strategies ([`plan::planner`]) |
 //! | all of it | [`api`] | bytes -> analysis -> plan -> simulated report, in one call |
 //! | export | [`export`] | the problem as plain data for exact solvers; an outside plan judged |
+//! | replay | [`replay`] | a plan as a self-contained program for a GPU runner (`experiments/gpu`) |
 //!
 //! ```
 //! use hybridplan_core::{analyze, build::BuildOptions, synth};
@@ -38,12 +39,14 @@ pub mod export;
 pub(crate) mod flatdecode;
 pub mod graph;
 pub mod graphdef;
+pub mod host;
 pub mod inplace;
 pub mod liveness;
 pub(crate) mod nametable;
 pub mod opkind;
 pub mod phase;
 pub mod plan;
+pub mod replay;
 pub mod schedule;
 pub mod simulate;
 pub mod synth;

@@ -361,9 +361,30 @@ mod tests {
         let (narrow, wide) = timelines(vec![3, 5], None);
         assert_eq!(narrow, wide);
         assert_eq!(narrow, vec![60, 120, 180]);
-        // 2^63 bytes each, past i64, and sums past u64 (clamped).
+        // 2^63 bytes each (set after the build, which refuses them), past i64,
+        // and sums past u64 (clamped): the wide sum.
         let (huge, wide) = timelines(vec![3, 5], Some(1 << 63));
         assert_eq!(huge, wide);
         assert_eq!(huge[2], u64::MAX);
+        // 2^59 floats: 2^61 bytes each, three live at once: 1.5 x 2^62.
+        let (huge, wide) = timelines(vec![1 << 59], None);
+        assert_eq!(huge, wide);
+        assert_eq!(huge[2], 3 << 61);
+        // 2^61 floats (2^63 bytes each): the builder refuses the graph before
+        // any sum could pass 2^64 (`build::check_total_bytes`).
+        let out = vec![OutSpec {
+            dtype: Some(DType::FLOAT),
+            shape: Shape(Some(vec![1 << 61])),
+        }];
+        let spec = NodeSpec {
+            name: "a",
+            op: "Relu",
+            device: "",
+            inputs: vec![],
+            outputs: out,
+            calls_function: false,
+        };
+        let err = build(&[spec], &BuildOptions::default()).unwrap_err();
+        assert!(err.to_string().contains("past the 2^63 bytes"), "{err}");
     }
 }

@@ -126,9 +126,19 @@ pub fn aliased_input(op: &str) -> Option<usize> {
     match op {
         "Identity" | "StopGradient" | "PreventGradient" | "Snapshot" | "Reshape" | "Squeeze"
         | "ExpandDims" | "EnsureShape" | "CheckNumerics" | "CheckNumericsV2" | "Bitcast" => Some(0),
-        "IdentityN" => Some(usize::MAX),
+        _ if passes_each_input_through(op.as_bytes()) => Some(usize::MAX),
         _ => None,
     }
+}
+
+/// Ops whose output i is their data input i passed through, typed by entry
+/// i of the type-list attribute `T`: one output per data input
+/// (`IdentityN`). TensorFlow refuses such a `NodeDef` unless `T` lists one
+/// type per data input, and the rewrite counts its outputs from `T`, so the
+/// build refuses it too (a plan that named an output `T` lacks would not
+/// apply).
+pub fn passes_each_input_through(op: &[u8]) -> bool {
+    op == b"IdentityN"
 }
 
 /// Does `reader` pair with its input's `producer` through a hidden workspace?
@@ -190,6 +200,51 @@ pub fn is_checkpoint(op: &str) -> bool {
     )
 }
 
+/// The kind of kernel an op type runs, for programs that replay a plan with
+/// real kernels of the same shapes (`crate::replay`, `experiments/gpu`):
+/// `None` for op types with no such stand-in (they replay as a timed busy
+/// kernel of their predicted time). The classes: `conv` (forward
+/// convolution, filter HWIO/DHWIO), `conv_backprop_input` (input 2 the
+/// output gradient, output the input's shape), `conv_backprop_filter`
+/// (input 0 the input, input 2 the output gradient), `matmul`,
+/// `batch_matmul`, `batch_norm` and `batch_norm_grad` (fused, input 0 the
+/// activations), `elementwise` (the output from every input broadcast to
+/// its shape), `reduction` (input 0 reduced to the output's shape),
+/// `softmax` (over the last axis of input 0), `pool` and `pool_grad` (the
+/// window is not kept in the graph: the replayer uses the stride the shapes
+/// give).
+pub fn kernel_class(op: &str) -> Option<&'static str> {
+    Some(match op {
+        "Conv2D" | "Conv3D" | "_FusedConv2D" => "conv",
+        "Conv2DBackpropInput" | "Conv3DBackpropInputV2" => "conv_backprop_input",
+        "Conv2DBackpropFilter" | "Conv3DBackpropFilterV2" => "conv_backprop_filter",
+        "MatMul" | "_FusedMatMul" => "matmul",
+        "BatchMatMul" | "BatchMatMulV2" | "BatchMatMulV3" => "batch_matmul",
+        "FusedBatchNorm" | "FusedBatchNormV2" | "FusedBatchNormV3" | "_FusedBatchNormEx" => {
+            "batch_norm"
+        }
+        "FusedBatchNormGrad" | "FusedBatchNormGradV2" | "FusedBatchNormGradV3" => "batch_norm_grad",
+        "Add" | "AddV2" | "Sub" | "Mul" | "Neg" | "Abs" | "Square" | "Maximum" | "Minimum"
+        | "Relu" | "Relu6" | "ReluGrad" | "Relu6Grad" | "LeakyRelu" | "LeakyReluGrad"
+        | "BiasAdd" | "BiasAddV1" | "RealDiv" | "Div" | "DivNoNan" | "TanhGrad" | "SigmoidGrad"
+        | "Rsqrt" | "Sqrt" | "Reciprocal" | "RsqrtGrad" | "SqrtGrad" | "Exp" | "Log" | "Tanh"
+        | "Sigmoid" | "Erf" | "Gelu" | "Pow" | "SquaredDifference" | "AddN" | "Select"
+        | "SelectV2" | "Cast" | "OnesLike" | "ZerosLike" => "elementwise",
+        "Sum" | "Mean" | "Max" | "Min" | "Prod" | "BiasAddGrad" | "L2Loss" | "EuclideanNorm" => {
+            "reduction"
+        }
+        "Softmax"
+        | "LogSoftmax"
+        | "SoftmaxCrossEntropyWithLogits"
+        | "SparseSoftmaxCrossEntropyWithLogits" => "softmax",
+        "MaxPool" | "MaxPoolV2" | "AvgPool" | "MaxPool3D" | "AvgPool3D" => "pool",
+        "MaxPoolGrad" | "MaxPoolGradV2" | "AvgPoolGrad" | "MaxPool3DGrad" | "AvgPool3DGrad" => {
+            "pool_grad"
+        }
+        _ => return None,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -209,5 +264,15 @@ mod tests {
         assert_eq!(aliased_input("Reshape"), Some(0));
         assert_eq!(aliased_input("IdentityN"), Some(usize::MAX));
         assert_eq!(aliased_input("Relu"), None);
+    }
+
+    #[test]
+    fn kernel_classes() {
+        assert_eq!(
+            kernel_class("Conv2DBackpropFilter"),
+            Some("conv_backprop_filter")
+        );
+        assert_eq!(kernel_class("FusedBatchNormV3"), Some("batch_norm"));
+        assert_eq!(kernel_class("ConcatV2"), None);
     }
 }

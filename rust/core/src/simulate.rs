@@ -57,8 +57,10 @@
 mod layout;
 mod link;
 mod prep;
+mod reads;
 
 pub use layout::Layout;
+pub use reads::{stream_items, Read, StreamItem};
 
 use serde::{Deserialize, Serialize};
 
@@ -134,6 +136,12 @@ pub struct SimResult {
     pub events_truncated: bool,
     /// End of each swap's swap-out, in plan order.
     pub swap_out_end: Vec<f64>,
+    /// Start of each swap's swap-out, in plan order (`host.rs`).
+    #[serde(default)]
+    pub swap_out_start: Vec<f64>,
+    /// End of every swap-in, in plan order (swap by swap, then its `ins`).
+    #[serde(default)]
+    pub swap_in_end: Vec<f64>,
     /// Start of every original node on the compute stream, by node id.
     pub op_start: Vec<f64>,
 }
@@ -266,6 +274,8 @@ fn reuse_empty<T>(v: &mut Vec<T>, cap: usize) -> Vec<T> {
 pub struct SimSummary {
     pub peak_bytes: u64,
     pub step_time_s: f64,
+    /// Most swapped bytes held in host memory at once (`host.rs`).
+    pub host_peak_bytes: u64,
 }
 
 /// [`simulate`]'s peak and step time alone, without building the timeline,
@@ -956,8 +966,13 @@ impl Sim<'_> {
         root.resize(self.bufs.len(), NONE);
         self.saved.clear();
         let mut held = std::mem::take(&mut self.bufs.held);
-        // Buffers a swap-out copies (sorted, one entry each: `hold_swapped`).
-        let mut swapped: Vec<u32> = held.iter().map(|h| h.0).collect();
+        // Per buffer: does a swap-out copy it (`hold_swapped`)? Flags, not a
+        // sorted list: buffers join it as outputs are written in place, and
+        // a sorted insert per join cost O(swaps) each.
+        let mut swapped = vec![false; self.bufs.len()];
+        for h in held.iter() {
+            swapped[h.0 as usize] = true;
+        }
         let mut clones: Vec<u32> = p.clone_item.clone();
         clones.sort_unstable();
         // Original ops run in position order, clones in between: the op at
@@ -987,10 +1002,8 @@ impl Sim<'_> {
             };
             // A swapped output written into r: r is copied out from now on.
             if let Some((u, r)) = done {
-                if swapped.binary_search(&u).is_ok() {
-                    if let Err(k) = swapped.binary_search(&r) {
-                        swapped.insert(k, r);
-                    }
+                if swapped[u as usize] {
+                    swapped[r as usize] = true;
                 }
             }
         }
@@ -1020,14 +1033,14 @@ impl Sim<'_> {
         u: u32,
         b: u32,
         root: &mut [u32],
-        swapped: &[u32],
+        swapped: &[bool],
     ) -> Option<u32> {
         let r = if root[b as usize] == NONE {
             b
         } else {
             root[b as usize]
         };
-        if self.bufs.last[r as usize] != item as u32 || swapped.binary_search(&r).is_ok() {
+        if self.bufs.last[r as usize] != item as u32 || swapped[r as usize] {
             return None;
         }
         root[u as usize] = r;
@@ -1042,7 +1055,7 @@ impl Sim<'_> {
         item: usize,
         i: usize,
         root: &mut [u32],
-        swapped: &[u32],
+        swapped: &[bool],
     ) -> Option<(u32, u32)> {
         let lay = self.lay;
         let (q, u) = lay.sites[i];
@@ -1077,7 +1090,7 @@ impl Sim<'_> {
         &mut self,
         item: usize,
         root: &mut [u32],
-        swapped: &[u32],
+        swapped: &[bool],
     ) -> Option<(u32, u32)> {
         let (g, lay, p) = (self.g, self.lay, self.p);
         let v = p.item_node[item];
@@ -1134,7 +1147,26 @@ impl Sim<'_> {
         SimSummary {
             peak_bytes: m.peak.clamp(0, i128::from(u64::MAX)) as u64,
             step_time_s: self.step_time(),
+            host_peak_bytes: self.host_peak(),
         }
+    }
+
+    /// The host peak of the swaps (`host.rs`).
+    fn host_peak(&self) -> u64 {
+        let (outs, ins) = self.xf.split_at(self.n_swaps);
+        let step = self.step_time();
+        let bufs: Vec<crate::host::HostBuffer> = (0..self.n_swaps)
+            .map(|k| {
+                let (lo, hi) = (self.p.in_base[k] as usize, self.p.in_base[k + 1] as usize);
+                let ends: Vec<f64> = ins[lo..hi].iter().map(|x| x.end).collect();
+                crate::host::HostBuffer {
+                    bytes: outs[k].bytes as u64,
+                    from_s: outs[k].start,
+                    to_s: crate::host::last_end(&ends, step),
+                }
+            })
+            .collect();
+        crate::host::host_peak(&bufs)
     }
 
     fn result(&mut self, opts: &SimOptions) -> SimResult {
@@ -1164,6 +1196,8 @@ impl Sim<'_> {
             events,
             events_truncated,
             swap_out_end: self.xf[..self.n_swaps].iter().map(|x| x.end).collect(),
+            swap_out_start: self.xf[..self.n_swaps].iter().map(|x| x.start).collect(),
+            swap_in_end: self.xf[self.n_swaps..].iter().map(|x| x.end).collect(),
             op_start,
         }
     }

@@ -46,7 +46,8 @@ fn kind() -> impl Strategy_<Value = SynthKind> {
         Just(SynthKind::Residual),
         Just(SynthKind::Transformer),
         Just(SynthKind::Mixed),
-        Just(SynthKind::Dag)
+        Just(SynthKind::Dag),
+        Just(SynthKind::Narrow)
     ]
 }
 use proptest::strategy::Strategy as Strategy_;
@@ -135,13 +136,21 @@ fn an_unreachable_budget_names_the_smallest_peak() {
         ),
     }
     match run(&a, &dev, Strategy::Hybrid, a.graph.persistent_bytes - 1) {
-        Err(PlanError::Budget {
-            best_peak,
-            strategy,
-            ..
-        }) => {
+        Err(
+            e @ PlanError::Budget {
+                best_peak,
+                persistent_bytes,
+                ..
+            },
+        ) => {
             assert!(best_peak >= a.graph.persistent_bytes);
-            assert!(strategy.contains("variables"), "{strategy}");
+            assert_eq!(persistent_bytes, a.graph.persistent_bytes);
+            let msg = e.to_string();
+            assert!(
+                msg.contains("variables and optimizer slots alone take"),
+                "{msg}"
+            );
+            assert!(msg.contains("by strategy 'hybrid';"), "{msg}");
         }
         other => panic!(
             "expected a budget error, got {:?}",
@@ -310,6 +319,7 @@ fn a_recompute_frees_a_buffer_read_late_through_an_alias() {
         Ok(Verdict {
             peak_bytes: r.peak_bytes,
             step_time_s: r.step_time_s,
+            host_peak_bytes: hybridplan_core::host::host_memory(&a.graph, p, &r).peak_bytes,
         })
     };
     let opts = PlanOptions {
@@ -371,4 +381,33 @@ fn hybrid_reaches_a_lower_peak_on_a_transformer() {
         let o = run(&a, &dev, Strategy::Hybrid, budget).expect("a plan");
         assert!(o.planned.peak_bytes <= budget);
     }
+}
+
+/// The narrow residual family is the large-plan case of `docs/scale.md`:
+/// `hybrid` at half the activation peak swaps one tensor per block or more
+/// (at least 5% of the nodes), and the plan fits its budget.
+#[test]
+fn narrow_residual_plans_swap_many_tensors() {
+    let spec = SynthSpec {
+        kind: SynthKind::Narrow,
+        blocks: hybridplan_core::synth::blocks_for_nodes(SynthKind::Narrow, 2_000),
+        ..SynthSpec::default()
+    };
+    let a = analyze(&graphdef(&spec), &BuildOptions::default()).unwrap();
+    let dev = preset("v100-nvlink2").unwrap();
+    let p = a.graph.persistent_bytes;
+    let budget = p + (a.liveness.peak_bytes - p) / 2;
+    let opts = PlanOptions {
+        strategy: Strategy::Hybrid,
+        budget,
+        ..PlanOptions::default()
+    };
+    let out = plan_analysis(&a, &dev, &opts, &[]).unwrap();
+    let nodes = a.graph.num_nodes();
+    assert!(
+        out.report.swaps.len() * 20 >= nodes,
+        "{} swaps for {nodes} nodes",
+        out.report.swaps.len()
+    );
+    assert!(out.planned.peak_bytes <= budget);
 }

@@ -22,7 +22,16 @@ pub fn to_py(py: Python<'_>, e: PlanError) -> PyErr {
             budget,
             best_peak,
             strategy,
+            ..
         } => ("BudgetError", Some((*budget, *best_peak, strategy.clone()))),
+        PlanError::HostBudget {
+            host_budget,
+            best_host_peak,
+            ..
+        } => (
+            "HostBudgetError",
+            Some((*host_budget, *best_host_peak, "host".to_string())),
+        ),
         PlanError::InvalidArgument(_) => ("InvalidArgumentError", None),
     };
     raise(py, class, &msg, extra)

@@ -234,7 +234,7 @@ fn split_timeline(tl: &[(f64, u64)]) -> (Vec<f64>, Vec<u64>) {
 
 /// Plans a serialized GraphDef under a budget.
 #[pyfunction]
-#[pyo3(signature = (data, budget, strategy="hybrid", device="v100-nvlink2", device_json=None, loss=None, persistent_bytes=None, min_bytes=65536, profile=None, tflms=None, select=None, separate_buffers=false, workspace=None, workspace_profile=None))]
+#[pyo3(signature = (data, budget, strategy="hybrid", device="v100-nvlink2", device_json=None, loss=None, persistent_bytes=None, min_bytes=65536, profile=None, tflms=None, select=None, separate_buffers=false, workspace=None, workspace_profile=None, host_budget=None))]
 #[allow(clippy::too_many_arguments)]
 fn plan(
     py: Python<'_>,
@@ -252,6 +252,7 @@ fn plan(
     separate_buffers: bool,
     workspace: Option<String>,
     workspace_profile: Option<Vec<(String, u64)>>,
+    host_budget: Option<u64>,
 ) -> PyResult<CorePlan> {
     let build = build_options(
         loss,
@@ -287,6 +288,7 @@ fn plan(
                     },
                 )
                 .unwrap_or_default(),
+            host_budget: host_budget.unwrap_or(u64::MAX),
             ..PlanOptions::default()
         };
         let (_, o) = core::api::plan_bytes(data, &build, &dev, &opts, &profile)?;
@@ -324,7 +326,8 @@ fn device_presets() -> Vec<String> {
         .collect()
 }
 
-/// Serialized GraphDef of a synthetic training step of about `nodes` nodes.
+/// Serialized GraphDef of a synthetic training step of about `nodes` nodes
+/// (`core::synth::checked_graphdef`: arguments out of range are errors).
 #[pyfunction]
 #[pyo3(signature = (nodes, kind="mixed", batch=8, size=32, channels=64))]
 fn synthetic_graphdef<'py>(
@@ -335,30 +338,10 @@ fn synthetic_graphdef<'py>(
     size: i64,
     channels: i64,
 ) -> PyResult<Bound<'py, pyo3::types::PyBytes>> {
-    use core::synth::{blocks_for_nodes, graphdef, SynthKind, SynthSpec};
-    let kind = match kind {
-        "residual" => SynthKind::Residual,
-        "transformer" => SynthKind::Transformer,
-        "mixed" => SynthKind::Mixed,
-        "dag" => SynthKind::Dag,
-        _ => {
-            return Err(errors::to_py(
-                py,
-                core::PlanError::InvalidArgument(format!(
-                    "unknown synthetic kind '{kind}': use residual, transformer, mixed or dag"
-                )),
-            ))
-        }
-    };
-    let spec = SynthSpec {
-        kind,
-        blocks: blocks_for_nodes(kind, nodes),
-        batch,
-        size,
-        channels,
-        ..SynthSpec::default()
-    };
-    let bytes = py.detach(|| graphdef(&spec));
+    let kind = kind.to_string();
+    let bytes = run(py, move || {
+        core::synth::checked_graphdef(&kind, nodes, batch, size, channels)
+    })?;
     Ok(pyo3::types::PyBytes::new(py, &bytes))
 }
 
@@ -455,6 +438,41 @@ fn simulate_plan(
     })
 }
 
+/// The replay program of a plan, given as its report JSON, as JSON
+/// (`core::replay::replay_json`).
+#[pyfunction]
+#[pyo3(signature = (data, report_json, device="v100-nvlink2", device_json=None, loss=None, persistent_bytes=None, profile=None, separate_buffers=false, workspace=None, workspace_profile=None))]
+#[allow(clippy::too_many_arguments)]
+fn replay(
+    py: Python<'_>,
+    data: &[u8],
+    report_json: &str,
+    device: &str,
+    device_json: Option<String>,
+    loss: Option<String>,
+    persistent_bytes: Option<u64>,
+    profile: Option<Vec<(u32, f64)>>,
+    separate_buffers: bool,
+    workspace: Option<String>,
+    workspace_profile: Option<Vec<(String, u64)>>,
+) -> PyResult<String> {
+    let build = build_options(
+        loss,
+        persistent_bytes,
+        separate_buffers,
+        workspace.as_deref(),
+        workspace_profile,
+    )
+    .map_err(|e| errors::to_py(py, e))?;
+    let device = device.to_string();
+    let report_json = report_json.to_string();
+    let profile = profile.unwrap_or_default();
+    run(py, move || {
+        let dev = device_of(&device, device_json.as_deref())?;
+        core::replay::replay_json(data, &build, &dev, &report_json, &profile)
+    })
+}
+
 #[pymodule]
 fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<CoreAnalysis>()?;
@@ -466,6 +484,8 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(synthetic_graphdef, m)?)?;
     m.add_function(wrap_pyfunction!(export_problem, m)?)?;
     m.add_function(wrap_pyfunction!(simulate_plan, m)?)?;
+    m.add_function(wrap_pyfunction!(replay, m)?)?;
+    m.add("REPLAY_VERSION", core::replay::VERSION)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())
 }

@@ -589,3 +589,84 @@ fn odd_graphs_give_the_reference_result() {
     assert!(graph_from_bytes(&g, &opts).is_err());
     same(&g, &opts);
 }
+
+/// An `IdentityN` whose `T` does not list one type per data input (or whose
+/// `_output_shapes` does not list one shape per data input) is refused by
+/// both routes, naming the node: the rewrite counts its outputs from `T`,
+/// and a plan naming an output it lacks would not apply (issue 24).
+#[test]
+fn an_identity_n_must_list_one_type_per_data_input() {
+    let op = |name: &str| OPS.iter().position(|&o| o == name).unwrap();
+    let key = |name: &str| KEYS.iter().position(|&k| k == name).unwrap();
+    let shapes = |n: usize| {
+        (
+            key("_output_shapes"),
+            vec![Field::Shapes(vec![Some(vec![4]); n])],
+        )
+    };
+    let x = RandNode {
+        name: usize::MAX,
+        op: op("Placeholder"),
+        device: false,
+        inputs: vec![],
+        attrs: vec![(key("dtype"), vec![Field::Type(1)]), shapes(1)],
+    };
+    // Two data inputs (n0, n0:0) and a control input, which T does not type.
+    let idn = |t: Option<Field>, outs: usize| RandNode {
+        name: usize::MAX,
+        op: op("IdentityN"),
+        device: false,
+        inputs: vec![(0, 0, 10), (0, 0, 8), (0, 0, 0)],
+        attrs: t
+            .map(|t| (key("T"), vec![t]))
+            .into_iter()
+            .chain([shapes(outs)])
+            .collect(),
+    };
+    let opts = BuildOptions::default();
+    let cases = [
+        (Some(Field::Types(vec![1, 1])), 2, None),
+        (
+            Some(Field::Type(1)),
+            2,
+            Some("its attribute T is not a list of types"),
+        ),
+        (None, 2, Some("it has no attribute T")),
+        (
+            Some(Field::Types(vec![1])),
+            2,
+            Some("its attribute T lists 1 types"),
+        ),
+        (
+            Some(Field::Types(vec![1, 1, 1])),
+            3,
+            Some("its attribute T lists 3 types"),
+        ),
+        (
+            Some(Field::Types(vec![1, 1])),
+            3,
+            Some("_output_shapes lists 3 shapes"),
+        ),
+    ];
+    for (t, outs, fault) in cases {
+        let bytes = graphdef(&[x.clone(), idn(t, outs)], false);
+        let decided_alone = same(&bytes, &opts);
+        let got = graph_from_bytes(&bytes, &opts);
+        match fault {
+            None => {
+                assert!(decided_alone, "a valid IdentityN takes the direct route");
+                assert!(got.is_ok(), "{got:?}");
+            }
+            Some(what) => {
+                let e = got.unwrap_err();
+                assert!(matches!(e, crate::error::PlanError::InvalidGraph(_)), "{e}");
+                let msg = e.to_string();
+                assert!(
+                    msg.contains("node 'n1' (op IdentityN) has 2 data inputs but"),
+                    "{msg}"
+                );
+                assert!(msg.contains(what), "{msg}");
+            }
+        }
+    }
+}

@@ -47,6 +47,11 @@ pub struct Chosen {
     /// Peak of the position model after the choices (bytes) and where.
     pub model_peak: u64,
     pub model_peak_pos: u32,
+    /// Whether a recompute option was ever found valid (whether or not it
+    /// was chosen). When none was, the run made exactly the choices a run
+    /// on the same index with the swaps alone makes: every recompute entry
+    /// it looked at was dropped, as that run drops it.
+    pub recompute_seen: bool,
 }
 
 /// Options to choose from; `tensor_of_swap[i]` is the buffer of `swaps[i]`.
@@ -187,13 +192,19 @@ pub fn choose_indexed(
     // `stuck`) so the others still get lowered: the position model is only
     // a guide and the simulator may find the plan fits after all.
     let mut stuck: Vec<(usize, i64)> = Vec::new();
+    let mut recompute_seen = false;
     for _ in 0..n_options + n {
         let (p, peak) = st.tree.argmax();
         if peak <= target as i64 {
             break;
         }
-        let valid = |id: u32| {
-            pool_id(ix_ns, pool, id).is_some_and(|id| valid(ctx, pool, &st, &chosen.swaps, id, p))
+        let valid = |id: u32| match pool_id(ix_ns, pool, id) {
+            Some(id) => {
+                let ok = valid(ctx, pool, &st, &chosen.swaps, id, p);
+                recompute_seen |= ok && id >= ns;
+                ok
+            }
+            None => false,
         };
         let best = stab.best(p, score, valid);
         let Some(id) = best.and_then(|id| pool_id(ix_ns, pool, id)) else {
@@ -229,6 +240,7 @@ pub fn choose_indexed(
     let (pos, peak) = st.tree.argmax();
     chosen.model_peak = peak.max(0) as u64;
     chosen.model_peak_pos = pos as u32;
+    chosen.recompute_seen = recompute_seen;
     chosen
 }
 
@@ -286,7 +298,7 @@ fn valid(
         if p > o.trigger() as usize {
             return true; // a later interval: the copy has long ended
         }
-        return !st.queue_check || p > queued_keep_until(ctx, st, o, &pool.cands[o.cand]) as usize;
+        return !st.queue_check || queue_allows(ctx, st, o, &pool.cands[o.cand], p);
     }
     let r = &pool.recomputes[id - ns];
     r.saved
@@ -331,6 +343,26 @@ fn queued_keep_until(ctx: &Ctx<'_>, st: &State, o: &SwapOpt, c: &SwapCandidate) 
     }
     let done = position_at(&ctx.start, end);
     o.keep_until.max(c.last_early).max(done.saturating_sub(1))
+}
+
+/// `p > queued_keep_until(ctx, st, o, c)` for a position `p < N`, without
+/// the binary search for the copy's end position: `p` is past the position
+/// where the copy ends exactly when `p` starts at or after that end (the
+/// starts are non-decreasing). The cheap bounds are checked first.
+fn queue_allows(ctx: &Ctx<'_>, st: &State, o: &SwapOpt, c: &SwapCandidate, p: usize) -> bool {
+    if p <= o.keep_until as usize || p <= c.last_early as usize {
+        return false;
+    }
+    let ready = ctx.start[c.produce as usize + 1];
+    let mut end = st
+        .d2h
+        .end_if_added(c.produce as usize, ready, ctx.link.d2h(c.bytes));
+    if let Some(&f) = st.out_floor.get(o.cand) {
+        end = end.max(f);
+    }
+    let allows = ctx.start[p] >= end;
+    debug_assert_eq!(allows, p > queued_keep_until(ctx, st, o, c) as usize);
+    allows
 }
 
 fn apply_swap(ctx: &Ctx<'_>, st: &mut State, o: &SwapOpt, t: u32, c: &SwapCandidate) {

@@ -548,6 +548,15 @@ fn finish_grown(
         .filter(|t| saved_t.binary_search(t).is_err())
         .map(|t| g.tensors[t as usize].bytes)
         .sum();
+    // The rewrite redirects each late reader to the clones' outputs and
+    // refuses a reader that reads none of them.
+    debug_assert!(
+        consumers.iter().all(|&c| g
+            .inputs(c)
+            .iter()
+            .any(|&t| clones.contains(&ctx.producer[t as usize]))),
+        "unit {unit}: a late reader reads no output of the clones"
+    );
     Some(RecomputeOpt {
         unit,
         time_s: clones.iter().map(|&v| ctx.op_time[v as usize]).sum(),

@@ -136,6 +136,9 @@ pub struct PlanOptions {
     pub grid_max_nodes: usize,
     /// Which ops the planners may touch (`select.rs`); empty: all.
     pub selection: Selection,
+    /// Host memory budget in bytes for the swapped tensors (`host.rs`): a
+    /// plan whose host peak exceeds it does not fit, like one over `budget`.
+    pub host_budget: u64,
 }
 
 impl Default for PlanOptions {
@@ -151,6 +154,7 @@ impl Default for PlanOptions {
             tflms: None,
             grid_max_nodes: 200_000,
             selection: Selection::default(),
+            host_budget: u64::MAX,
         }
     }
 }
@@ -160,6 +164,8 @@ impl Default for PlanOptions {
 pub struct Verdict {
     pub peak_bytes: u64,
     pub step_time_s: f64,
+    /// Most swapped bytes held in host memory at once (`host.rs`).
+    pub host_peak_bytes: u64,
 }
 
 /// A plan that fits, with its verdict.
@@ -191,11 +197,21 @@ pub struct Planner<'a> {
     judged: std::cell::RefCell<Vec<(Plan, Verdict)>>,
     tflms_memo: std::cell::OnceCell<Option<Planned>>,
     best_fail: std::cell::Cell<(u64, &'static str)>,
+    /// Smallest host peak of a plan within the device budget but over the
+    /// host budget (`u64::MAX`: none).
+    best_host: std::cell::Cell<u64>,
     /// Per node: may it be touched (`None`: all may).
     selected: Option<Vec<bool>>,
     cuts: Cuts,
     /// The greedy's index of every option, for `hybrid` (built on first use).
     shared_index: std::cell::Cell<Option<Index>>,
+    /// Whether a greedy round of the current budget loop found a recompute
+    /// option valid (`Chosen::recompute_seen`).
+    chose_recompute: std::cell::Cell<bool>,
+    /// The budget loop on the swaps alone, known without running it: the
+    /// loop on swaps and the forward units' recomputes never found a
+    /// recompute valid (`fit`). `None`: not known.
+    swap_only: std::cell::Cell<Option<Option<Planned>>>,
 }
 
 impl<'a> Planner<'a> {
@@ -255,9 +271,12 @@ impl<'a> Planner<'a> {
             judged: Default::default(),
             tflms_memo: std::cell::OnceCell::new(),
             best_fail: (u64::MAX, "").into(),
+            best_host: u64::MAX.into(),
             selected,
             cuts,
             shared_index: std::cell::Cell::new(None),
+            chose_recompute: false.into(),
+            swap_only: std::cell::Cell::new(None),
         })
     }
 
@@ -282,7 +301,7 @@ impl<'a> Planner<'a> {
     pub fn run(&self) -> Result<Planned> {
         let empty = Plan::default();
         let original = self.judge(&empty)?;
-        if original.peak_bytes <= self.opts.budget {
+        if self.fits(&original) {
             return Ok(self.planned(empty, original, "none"));
         }
         let result = match self.opts.strategy {
@@ -306,6 +325,13 @@ impl<'a> Planner<'a> {
     }
 
     fn budget_error(&self) -> PlanError {
+        if self.best_host.get() != u64::MAX {
+            return PlanError::HostBudget {
+                host_budget: self.opts.host_budget,
+                best_host_peak: self.best_host.get(),
+                budget: self.opts.budget,
+            };
+        }
         let (mut best, mut who) = self.best_fail.get();
         if best == u64::MAX {
             best = self.ctx.l.peak_bytes;
@@ -315,10 +341,32 @@ impl<'a> Planner<'a> {
             budget: self.opts.budget,
             best_peak: best,
             strategy: who.into(),
+            persistent_bytes: self.ctx.g.persistent_bytes,
         }
     }
 
+    /// Does a plan with verdict `v` fit both budgets? A plan within the
+    /// device budget but over the host budget is remembered for the error
+    /// (`HostBudget`: the smallest host peak among such plans).
+    fn fits(&self, v: &Verdict) -> bool {
+        if v.peak_bytes > self.opts.budget {
+            return false;
+        }
+        if v.host_peak_bytes > self.opts.host_budget {
+            if v.host_peak_bytes < self.best_host.get() {
+                self.best_host.set(v.host_peak_bytes);
+            }
+            return false;
+        }
+        true
+    }
+
+    /// Remembers the smallest device peak over the budget (a plan within it
+    /// that failed failed on the host budget: see `fits`).
     fn note_fail(&self, peak: u64, who: &'static str) {
+        if peak <= self.opts.budget {
+            return;
+        }
         if peak < self.best_fail.get().0 {
             self.best_fail.set((peak, who));
         }
@@ -430,7 +478,7 @@ impl<'a> Planner<'a> {
         }
         let plan = self.to_plan(&chosen);
         let v = self.judge(&plan).ok()?;
-        if v.peak_bytes > self.opts.budget {
+        if !self.fits(&v) {
             self.note_fail(v.peak_bytes, who);
             return None;
         }
@@ -508,11 +556,11 @@ impl<'a> Planner<'a> {
                 .retain(|s| m[g.tensors[s.tensor as usize].node as usize]);
         }
         let v = self.judge(&plan).ok()?;
-        if v.peak_bytes > self.opts.budget {
-            self.note_fail(v.peak_bytes, "swap");
+        if !self.fits(&v) {
+            self.note_fail(v.peak_bytes, "tflms");
             return None;
         }
-        Some(self.planned(plan, v, "swap"))
+        Some(self.planned(plan, v, "tflms"))
     }
 
     /// Thresholds from a quarter of the schedule down to none, triggers 1 to
@@ -536,7 +584,43 @@ impl<'a> Planner<'a> {
     /// The budget loop around the greedy: swaps checked against the
     /// device-to-host queue first; if that finds no plan, without the check
     /// (the position model is pessimistic where stalls slow the step).
+    ///
+    /// When no round of the loop on swaps and recomputes (`Recs::Base`)
+    /// found a recompute option valid, the loop on the swaps alone is its
+    /// copy: on the shared index, every recompute entry it looked at was
+    /// dropped as invalid, as the swaps-alone run drops it, so both runs
+    /// look at the same swap entries in the same states and make the same
+    /// choices, round after round (the targets and queue floors follow from
+    /// the choices). Its result is then reused, not recomputed: the
+    /// greedy's cost grows with the decisions it makes.
     fn fit(&self, swap: bool, recs: Recs, who: &'static str) -> Option<Planned> {
+        if swap && recs == Recs::None {
+            if let Some(known) = self.swap_only.take() {
+                let known = known.map(|mut p| {
+                    p.strategy = who.into();
+                    p
+                });
+                debug_assert_eq!(
+                    known.as_ref().map(|p| &p.plan),
+                    self.run_fit(swap, recs, who).as_ref().map(|p| &p.plan),
+                    "the swaps-alone loop differs from its copy"
+                );
+                return known;
+            }
+        }
+        let out = self.run_fit(swap, recs, who);
+        if self.opts.strategy == Strategy::Hybrid
+            && swap
+            && recs == Recs::Base
+            && !self.chose_recompute.get()
+        {
+            self.swap_only.set(Some(out.clone()));
+        }
+        out
+    }
+
+    fn run_fit(&self, swap: bool, recs: Recs, who: &'static str) -> Option<Planned> {
+        self.chose_recompute.set(false);
         let pool = Pool {
             cands: &self.cands,
             swaps: if swap { &self.swaps } else { &[] },
@@ -593,8 +677,11 @@ impl<'a> Planner<'a> {
         let mut floor: Vec<f64> = Vec::new();
         for _ in 0..self.opts.max_rounds.max(1) {
             let (plan, v, chosen) = self.round(pool, ix, target, &floor, queue_check)?;
-            if v.peak_bytes <= budget {
+            if self.fits(&v) {
                 return Some(self.planned(plan, v, who));
+            }
+            if v.peak_bytes <= budget {
+                break; // within the device budget, over the host's: more swaps will not help
             }
             self.note_fail(v.peak_bytes, who);
             let ends = queued_out_ends(self.ctx, &self.cands, &chosen.swaps);
@@ -613,7 +700,7 @@ impl<'a> Planner<'a> {
             let step = (budget / 100).max(1);
             let raised = budget.saturating_add(step.saturating_mul(k));
             let (plan, v, _) = self.round(pool, ix, raised, &floor, queue_check)?;
-            if v.peak_bytes <= budget {
+            if self.fits(&v) {
                 return Some(self.planned(plan, v, who));
             }
             self.note_fail(v.peak_bytes, who);
@@ -637,6 +724,9 @@ impl<'a> Planner<'a> {
             queue_check,
         };
         let chosen = choose_indexed(self.ctx, pool, ix, target, guide);
+        if chosen.recompute_seen {
+            self.chose_recompute.set(true);
+        }
         let mut placed = chosen.clone();
         place_swap_ins(self.ctx, &self.cands, &mut placed.swaps);
         let mut plan = self.to_plan(&placed);
@@ -708,7 +798,7 @@ impl<'a> Planner<'a> {
                 .recomputes
                 .sort_by_key(|r| (r.trigger, r.nodes.first().copied().unwrap_or(NONE)));
             let Ok(v) = self.judge(&trial) else { continue };
-            if v.peak_bytes <= self.opts.budget && v.step_time_s < cur.verdict.step_time_s {
+            if self.fits(&v) && v.step_time_s < cur.verdict.step_time_s {
                 cur = self.planned(trial, v, "hybrid-paper");
                 (freed, pinned) = (f, p);
             }

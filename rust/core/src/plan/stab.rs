@@ -38,26 +38,25 @@ impl Stab {
         let leaves = len.next_power_of_two();
         // Clamped to the positions, best first (ties: lower id; one
         // option's intervals are interchangeable).
-        let mut spans: Vec<(u32, usize, usize)> = intervals
+        // The score rides along: the sort compares without looking it up.
+        let mut spans: Vec<(f64, u32, u32, u32)> = intervals
             .iter()
             .filter(|&&(_, lo, hi)| lo <= hi && (lo as usize) < len)
-            .map(|&(id, lo, hi)| (id, lo as usize, (hi as usize).min(len - 1)))
+            .map(|&(id, lo, hi)| (score[id as usize], id, lo, hi.min(len as u32 - 1)))
             .collect();
-        spans.sort_unstable_by(|a, b| {
-            (score[b.0 as usize].total_cmp(&score[a.0 as usize])).then(a.0.cmp(&b.0))
-        });
+        spans.sort_unstable_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)));
         let size = tree_size(len);
         let mut off = vec![0u32; size + 1];
-        for &(_, lo, hi) in &spans {
-            canonical(leaves, lo, hi, |node| off[node + 1] += 1);
+        for &(_, _, lo, hi) in &spans {
+            canonical(leaves, lo as usize, hi as usize, |node| off[node + 1] += 1);
         }
         for k in 0..size {
             off[k + 1] += off[k];
         }
         let mut cursor = off[..size].to_vec();
         let mut ids = vec![0u32; off[size] as usize];
-        for &(id, lo, hi) in &spans {
-            canonical(leaves, lo, hi, |node| {
+        for &(_, id, lo, hi) in &spans {
+            canonical(leaves, lo as usize, hi as usize, |node| {
                 ids[cursor[node] as usize] = id;
                 cursor[node] += 1;
             });

@@ -14,8 +14,8 @@
 //! - the gradient seed `Const` `ones` (not data-connected to the loss), the
 //!   gradient ops under `gradient_tape/` in reverse layer order, reading the
 //!   forward tensors they need, and `AddN` where gradients meet;
-//! - per trainable variable the Keras 3 SGD-momentum update under `sgd/`,
-//!   then the iteration counter;
+//! - per trainable variable the Keras 3 SGD-momentum update under `sgd/`
+//!   (plain SGD for [`SynthKind::Narrow`]), then the iteration counter;
 //! - `Identity(loss, ^NoOp)` followed by the `NoOp` with control inputs from
 //!   every variable read and write (TensorFlow lists the `Identity` first, so
 //!   the node order is topological except there).
@@ -28,7 +28,11 @@
 //! amortised growth of the output buffers.
 
 use crate::dtype::DType;
-use crate::wire::{Writer, LEN};
+use crate::wire::{Writer, FIXED32, LEN};
+
+mod narrow;
+
+use narrow::NarrowRec;
 
 /// The kind of block the synthetic model stacks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -49,6 +53,39 @@ pub enum SynthKind {
     /// the graph is deterministic). Nodes nobody reads, and the block's
     /// input, are summed into the block's output.
     Dag,
+    /// Deep, narrow residual blocks (`narrow.rs`): per block one 3x3
+    /// `Conv2D`, a fused batch norm (`FusedBatchNormV3` writing its moving
+    /// averages back), `Relu` and the residual `AddV2`, on `[batch, size,
+    /// size, channels]` maps: many small activations of one size, so a
+    /// budget below the peak takes thousands of decisions.
+    Narrow,
+}
+
+impl SynthKind {
+    /// Every kind, in the order benchmarks list them.
+    pub const ALL: [SynthKind; 5] = [
+        SynthKind::Residual,
+        SynthKind::Transformer,
+        SynthKind::Mixed,
+        SynthKind::Dag,
+        SynthKind::Narrow,
+    ];
+
+    /// The name the Python API and the examples use (`"residual"`, ...).
+    pub fn name(self) -> &'static str {
+        match self {
+            SynthKind::Residual => "residual",
+            SynthKind::Transformer => "transformer",
+            SynthKind::Mixed => "mixed",
+            SynthKind::Dag => "dag",
+            SynthKind::Narrow => "narrow",
+        }
+    }
+
+    /// The kind named `name` (see [`SynthKind::name`]), or `None`.
+    pub fn from_name(name: &str) -> Option<SynthKind> {
+        SynthKind::ALL.into_iter().find(|k| k.name() == name)
+    }
 }
 
 /// Layers and nodes per layer of a [`SynthKind::Dag`] block.
@@ -92,6 +129,64 @@ pub fn graphdef(spec: &SynthSpec) -> Vec<u8> {
     let mut g = Gen::new(spec, false);
     g.train_step();
     g.out.buf
+}
+
+/// Largest `nodes` [`checked_graphdef`] accepts: about 2 GB of GraphDef.
+pub const MAX_NODES: usize = 10_000_000;
+/// Largest batch, size or channels [`checked_graphdef`] accepts.
+pub const MAX_DIM: i64 = 1 << 20;
+
+impl std::str::FromStr for SynthKind {
+    type Err = crate::PlanError;
+    fn from_str(s: &str) -> crate::Result<Self> {
+        SynthKind::from_name(s).ok_or_else(|| {
+            let names: Vec<&str> = SynthKind::ALL.iter().map(|k| k.name()).collect();
+            crate::PlanError::InvalidArgument(format!(
+                "unknown synthetic kind '{s}': use one of {}",
+                names.join(", ")
+            ))
+        })
+    }
+}
+
+/// [`graphdef`] of about `nodes` nodes of `kind`, with every argument checked
+/// instead of clamped: `nodes` in `1..=MAX_NODES` (a larger graph would not fit
+/// in memory, and an allocation failure aborts the process instead of
+/// unwinding), `batch`, `size`, `channels` in `1..=MAX_DIM`.
+///
+/// # Errors
+/// [`crate::PlanError::InvalidArgument`] naming the argument out of range.
+///
+/// # Complexity
+/// O(nodes).
+pub fn checked_graphdef(
+    kind: &str,
+    nodes: usize,
+    batch: i64,
+    size: i64,
+    channels: i64,
+) -> crate::Result<Vec<u8>> {
+    let kind: SynthKind = kind.parse()?;
+    if !(1..=MAX_NODES).contains(&nodes) {
+        return Err(crate::PlanError::InvalidArgument(format!(
+            "nodes must be from 1 to {MAX_NODES}, got {nodes}"
+        )));
+    }
+    for (what, v) in [("batch", batch), ("size", size), ("channels", channels)] {
+        if !(1..=MAX_DIM).contains(&v) {
+            return Err(crate::PlanError::InvalidArgument(format!(
+                "{what} must be from 1 to {MAX_DIM}, got {v}"
+            )));
+        }
+    }
+    Ok(graphdef(&SynthSpec {
+        kind,
+        blocks: blocks_for_nodes(kind, nodes),
+        batch,
+        size,
+        channels,
+        ..SynthSpec::default()
+    }))
 }
 
 /// [`graphdef`] with the kind forced to [`SynthKind::Residual`].
@@ -217,6 +312,7 @@ enum A<'a> {
     Type(&'a str, DType),
     Types(&'a str, DType, usize),
     Bool(&'a str, bool),
+    Float(&'a str, f32),
     Int(&'a str, i64),
     Ints(&'a str, &'a [i64]),
     Str(&'a str, &'a str),
@@ -596,6 +692,11 @@ fn put_attr<'a>(ab: &mut Writer, lb: &mut Writer, f: DType, a: &A<'a>) -> &'a st
             ab.varint_field(5, u64::from(b));
             k
         }
+        A::Float(k, v) => {
+            ab.buf.push((4 << 3) | FIXED32);
+            ab.buf.extend_from_slice(&v.to_le_bytes());
+            k
+        }
         A::Int(k, v) => {
             ab.varint_field(3, v as u64);
             k
@@ -720,6 +821,7 @@ enum Block {
     Res(Box<ResRec>),
     Tf(Box<TfRec>),
     Dag(Box<DagRec>),
+    Narrow(Box<NarrowRec>),
 }
 
 /// One node of a DAG block: `relu(sum(sources) @ w + b)`.
@@ -791,11 +893,13 @@ impl Gen {
                 SynthKind::Mixed if i % 2 == 0 => Block::Res(Box::new(self.res_block(i, h))),
                 SynthKind::Mixed => Block::Tf(Box::new(self.tf_block(i, h))),
                 SynthKind::Dag => Block::Dag(Box::new(self.dag_block(i, h))),
+                SynthKind::Narrow => Block::Narrow(Box::new(self.narrow_block(i, h))),
             };
             h = match &blk {
                 Block::Res(r) => r.out,
                 Block::Tf(r) => r.ln2.out,
                 Block::Dag(r) => r.out,
+                Block::Narrow(r) => r.out,
             };
             blocks.push(blk);
         }
@@ -806,6 +910,7 @@ impl Gen {
                 Block::Res(r) => self.res_grad(r, d),
                 Block::Tf(r) => self.tf_grad(r, d),
                 Block::Dag(r) => self.dag_grad(r, d),
+                Block::Narrow(r) => self.narrow_grad(r, d),
             };
         }
         self.stem_grad(&stem, d);
@@ -1585,7 +1690,11 @@ impl Gen {
                 idx: i as u32,
                 s: g.s,
             };
-            self.momentum_step(i, grad, lr, k);
+            if self.kind == SynthKind::Narrow {
+                self.sgd_step(i, grad, lr, k);
+            } else {
+                self.momentum_step(i, grad, lr, k);
+            }
         }
         self.set_scope(&[]);
         let one = self.cscalar("Const", I64, Val::Ints(&[1]));
@@ -1622,6 +1731,19 @@ impl Gen {
             &[A::T],
         );
         self.out.buf.extend_from_slice(&noop_bytes);
+    }
+
+    /// Keras 3 SGD without momentum: `var -= grad * lr`.
+    fn sgd_step(&mut self, i: usize, grad: T, lr: T, k: usize) {
+        let (f, s, sc) = (self.f, grad.s, Shp::SCALAR);
+        let (var_handle, var_read) = (self.vars[k].handle, self.vars[k].read);
+        let lr_read = self.read(Nm("Cast", i, "/ReadVariableOp"), lr, sc, f, &[]);
+        let m = self.f1(Nm("Mul", i, ""), "Mul", &[grad, lr_read], s);
+        let name = Nm("AssignSubVariableOp", i, "");
+        let a = [A::Type("dtype", f)];
+        let ins = [var_handle, m];
+        let w = self.op(name, "AssignSubVariableOp", &ins, &[var_read.node], &[], &a);
+        self.stateful.push(w);
     }
 
     fn momentum_step(&mut self, i: usize, grad: T, lr: T, k: usize) {
@@ -1675,10 +1797,11 @@ mod tests {
         }
     }
 
-    const KINDS: [SynthKind; 3] = [
+    const KINDS: [SynthKind; 4] = [
         SynthKind::Residual,
         SynthKind::Transformer,
         SynthKind::Mixed,
+        SynthKind::Narrow,
     ];
 
     #[test]
