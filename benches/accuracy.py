@@ -19,7 +19,8 @@ What is compared (ratios are measured / predicted, so > 1 means the model is sho
   CPU executor's own order, which defers ready kernels: ``docs/accuracy.md``, finding 11).
 - **Memory, planned graphs.** For ``swap``, ``recompute`` and ``hybrid``:
   ``hybridplan.apply(traced, budget, strategy=..., device="cpu", target="cpu-emulation",
-  min_bytes=4096)`` at ``budget = persistent + f * activation peak`` for the smallest
+  min_bytes=4096)`` at ``budget = persistent + scratch + f * (activation peak - scratch)``
+  (``scratch``: the largest one op holds, which no plan removes) for the smallest
   ``f`` in (0.7, 0.8, 0.9) that plans. Predicted: ``plan.planned.peak_bytes - persistent``;
   measured: the rewritten graph's device peak, and whether it is within
   ``budget - persistent``. A plan with swaps has nodes on the host, so two executors,
@@ -56,8 +57,15 @@ plan, when its swap-ins and clones really ran against their triggers. ``--no-pla
 skips the planned graphs.
 
 The tables go to stdout and, for a run of every workload (no ``--quick``, no ``--only``),
-between the markers ``<!-- accuracy:begin -->`` and ``<!-- accuracy:end -->`` into
-``docs/accuracy.md``, whose other text is kept (``--no-docs`` to skip).
+between the markers ``<!-- accuracy:begin oneDNN on|off -->`` and ``<!-- accuracy:end
+oneDNN on|off -->`` (one block per setting of ``TF_ENABLE_ONEDNN_OPTS``: run the bench
+under both) into ``docs/accuracy.md``, whose other text is kept (``--no-docs`` to skip).
+
+Peaks are totals, tensors and kernel scratch (``docs/devices.md``, "Kernel workspace"):
+the prediction under the workspace rule of the kernels this TensorFlow runs, the
+measurement with ``measure``'s ``peak_bytes``; a second table splits both into tensors
+(``tensor_peak_bytes``; a plan's predicted tensor peak is the same plan simulated
+without workspace) and scratch (``scratch_bytes``; the workspace rule's largest op).
 """
 
 from __future__ import annotations
@@ -84,6 +92,7 @@ import tensorflow as tf  # noqa: E402
 
 import hybridplan  # noqa: E402
 from hybridplan import _core, measuring, models  # noqa: E402
+from hybridplan._backend import cpu_workspace_rule, onednn_enabled  # noqa: E402
 from hybridplan._graphio import graph_bytes  # noqa: E402
 from hybridplan.errors import BudgetError  # noqa: E402
 from hybridplan.profiling import calibrate, profile  # noqa: E402
@@ -157,6 +166,9 @@ class PlanRow:
     budget_act: int = 0
     predicted: int = 0
     measured: int = 0
+    predicted_tensors: int = 0
+    measured_tensors: int = 0
+    measured_scratch: int = 0
     measured_min: int = 0
     inline: bool = False
     measured_pool: int = 0
@@ -191,6 +203,10 @@ class Row:
     prof: Any
     traced: Any
     peak: int
+    predicted_tensors: int = 0
+    predicted_scratch: int = 0
+    measured_tensors: int = 0
+    measured_scratch: int = 0
     step_apart: float = float("nan")
     step_calibrated: float = float("nan")
     calibration: Any = None
@@ -204,14 +220,28 @@ def _original_step(traced: Any, peak: int, times: dict[int, float] | None) -> fl
     return float(p.report["original"]["step_time_s"])
 
 
-def _planned_step(traced: Any, plan: Any, times: dict[int, float] | None) -> float:
+def _planned_step(
+    traced: Any, plan: Any, times: dict[int, float] | None, workspace: str | None = None
+) -> float:
     """The simulator's step time of an existing plan with other op times (``None``: the
     ``cpu`` preset's estimates, which must give the plan's own figure back). The report's
     decisions are written back into the core's plan format (tensor ids from
     ``export_problem``) and judged by ``_core.simulate_plan``; clones cost their
-    originals' times."""
+    originals' times. ``workspace``: the kernels' scratch rule to simulate with (the
+    plan's own when None)."""
+    return float(_simulate_again(traced, plan, times, workspace)["step_time_s"])
+
+
+def _simulate_again(
+    traced: Any, plan: Any, times: dict[int, float] | None, workspace: str | None = None
+) -> dict:
+    """The ``planned`` figures of ``plan`` simulated again (see :func:`_planned_step`)."""
     data, loss = graph_bytes(traced)
-    problem = json.loads(_core.export_problem(data, device=DEVICE, loss=loss, min_bytes=MIN_BYTES))
+    own = plan.report.get("workspace", "none")
+    rule = own if workspace is None else workspace
+    problem = json.loads(
+        _core.export_problem(data, device=DEVICE, loss=loss, min_bytes=MIN_BYTES, workspace=rule)
+    )
     outputs = [n["outputs"] for n in problem["nodes"]]
     core_plan = {
         "swaps": [
@@ -240,14 +270,19 @@ def _planned_step(traced: Any, plan: Any, times: dict[int, float] | None) -> flo
         device=DEVICE,
         loss=loss,
         profile=sorted(times.items()) if times else None,
+        workspace=rule,
     )
     planned = json.loads(core.report_json)["planned"]
-    if times is None and (
-        planned["peak_bytes"] != plan.planned.peak_bytes
-        or not math.isclose(planned["step_time_s"], plan.planned.step_time_s, rel_tol=1e-9)
+    if (
+        times is None
+        and rule == own
+        and (
+            planned["peak_bytes"] != plan.planned.peak_bytes
+            or not math.isclose(planned["step_time_s"], plan.planned.step_time_s, rel_tol=1e-9)
+        )
     ):
         raise AssertionError("the plan written back does not simulate as planned")
-    return float(planned["step_time_s"])
+    return planned
 
 
 def interleaved_step_times(b: Bench, graphs: list[Any], rounds: int) -> list[float]:
@@ -296,12 +331,13 @@ def _pool_peak(b: Bench, m: Any, steps: int, graph_def: Any = None) -> int:
 
 def _run_plans(b: Bench, a: Any, steps: int, explain: bool = False) -> list[PlanRow]:
     persistent, act = a.persistent_bytes, a.activation_peak_bytes
+    scratch = a.workspace_peak_bytes  # no plan removes it
     rows = []
     for strategy in STRATEGIES:
         row = PlanRow(strategy)
         result = None
         for f in FRACTIONS:
-            budget = persistent + int(f * act)
+            budget = persistent + scratch + int(f * (act - scratch))
             try:
                 result = hybridplan.apply(
                     b.traced,
@@ -320,6 +356,9 @@ def _run_plans(b: Bench, a: Any, steps: int, explain: bool = False) -> list[Plan
             planned = result.plan.planned
             row.plan = result
             row.predicted = planned.peak_bytes - persistent
+            row.predicted_tensors = (
+                _simulate_again(b.traced, result.plan, None, "none")["peak_bytes"] - persistent
+            )
             row.predicted_step = planned.step_time_s
             row.predicted_original_step = result.plan.original.step_time_s
             row.swaps, row.clones = planned.swaps, planned.clones
@@ -329,6 +368,7 @@ def _run_plans(b: Bench, a: Any, steps: int, explain: bool = False) -> list[Plan
                 b.traced, result.graph_def, b.batch, steps=steps, host_on_device=True
             )
             row.measured, row.inline = m.device_peak, m.inline
+            row.measured_tensors, row.measured_scratch = m.device_tensor_peak, m.device_scratch
             row.measured_min = min(m.step_peaks.get(m.device, [0]))
             row.measured_pool = _pool_peak(b, m, steps, result.graph_def)
             if explain:
@@ -359,6 +399,10 @@ def run_workload(b: Bench, steps: int, explain: bool, plans: bool = True) -> Row
         prof=prof,
         traced=b.traced,
         peak=a.peak_bytes,
+        predicted_tensors=a.tensor_peak_bytes - a.persistent_bytes,
+        predicted_scratch=a.workspace_peak_bytes,
+        measured_tensors=base.device_tensor_peak,
+        measured_scratch=base.device_scratch,
     )
     if explain:
         row.explained = explain_peak(b, a, steps)
@@ -604,10 +648,11 @@ def explain_peak(b: Bench, a: Any, steps: int = 3, top: int = 8) -> Explained:
     rep = Replica(b.traced)
     lowest = [int(v) for v in a.order]
     base_timeline, _ = rep.liveness(lowest, forward=True)
-    if int(base_timeline.max()) != a.activation_peak_bytes:
+    tensors = a.tensor_peak_bytes - a.persistent_bytes  # the replica has no workspace
+    if int(base_timeline.max()) != tensors:
         raise AssertionError(
             f"the replica's peak {int(base_timeline.max())} differs from analyze's "
-            f"{a.activation_peak_bytes}: liveness.rs changed, update Replica"
+            f"tensor peak {tensors}: liveness.rs changed, update Replica"
         )
     all_stats = _traced_stats(b, steps)
     peaks = [int(measuring.replay_step_stats(s)["/device:CPU:0"][1].max()) for s in all_stats]
@@ -932,12 +977,22 @@ def _pool_cell(measured_pool: int, inline: bool, predicted: int) -> str:
     return f"{_mb(measured_pool)} ({_ratio(measured_pool, predicted)})"
 
 
+def _setting() -> str:
+    """The CPU kernels this run measured: ``"oneDNN on"`` or ``"oneDNN off"``."""
+    return "oneDNN on" if onednn_enabled() else "oneDNN off"
+
+
 def tables(rows: list[Row], steps: int) -> str:
+    env = "1" if onednn_enabled() else "0"
     out = [
+        f"### {_setting()} (workspace rule `{cpu_workspace_rule()}`)",
+        "",
         f"Measured on {platform.machine()} with {len(tf.config.list_logical_devices('CPU'))} "
         f"logical CPUs (TensorFlow {tf.__version__}), {datetime.date.today().isoformat()}, "
-        f"{steps} traced + {steps} timed steps per graph; `python benches/accuracy.py`. "
-        "Ratios are measured / predicted.",
+        f"{steps} traced + {steps} timed steps per graph; "
+        f"`TF_ENABLE_ONEDNN_OPTS={env} python benches/accuracy.py`. "
+        "Ratios are measured / predicted; predicted and measured peaks are totals: "
+        "tensors and kernel scratch (split in the second table).",
         "",
         "**Device activation peak** (MB; measured: `measure`'s default order, inline "
         "(a GPU executor's order); a plan with swaps with `host_on_device=True` (its "
@@ -946,8 +1001,9 @@ def tables(rows: list[Row], steps: int) -> str:
         "over the traced steps, smallest "
         'in brackets; thread pool: the same graph measured with `order="pool"`, a swap '
         "plan with its swap-outs on the host (the CPU "
-        "executor's own order, finding 11); budget: bytes for activations, `f` x the "
-        "original's predicted activation peak; + batch: the measured peak plus the fed "
+        "executor's own order, finding 11); budget: bytes for activations, the largest "
+        "kernel scratch of one op plus `f` x the rest of the original's predicted "
+        "activation peak; + batch: the measured peak plus the fed "
         "batch, which the model counts on the device and the allocation records leave "
         "out (the feed allocates it before the step, finding 3), and its ratio)",
         "",
@@ -974,6 +1030,37 @@ def tables(rows: list[Row], steps: int) -> str:
                 f"{_ratio(p.measured, p.predicted)} | {_mb(p.measured + r.fed)} | "
                 f"{_ratio(p.measured + r.fed, p.predicted)} | {fits} | "
                 f"{_pool_cell(p.measured_pool, p.inline, p.predicted)} |"
+            )
+    out += [
+        "",
+        "**The same peaks split into tensors and kernel scratch** (MB; tensors: the peak "
+        "without any node's scratch, predicted by the simulator without workspace for "
+        "the same plan, measured as the replay of the allocation records less the "
+        "buffers a node allocated and freed while it ran; scratch: the most one op "
+        "holds, predicted by the workspace rule, measured as the most such buffers one "
+        "node held at once; total ratio: the total measured peak plus the fed batch over "
+        "the predicted total, like for like)",
+        "",
+        "| workload | graph | tensors predicted | measured | ratio | + batch | ratio "
+        "| scratch predicted | measured | total ratio (+ batch) |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        graphs = [("original", r.predicted_tensors, r.measured_tensors, r.measured_scratch)]
+        graphs += [
+            (p.strategy, p.predicted_tensors, p.measured_tensors, p.measured_scratch)
+            for p in r.plans
+            if p.fraction is not None
+        ]
+        totals = [(r.predicted, r.measured)] + [
+            (p.predicted, p.measured) for p in r.plans if p.fraction is not None
+        ]
+        for (graph, pt, mt, ms), (pp, mp) in zip(graphs, totals, strict=True):
+            out.append(
+                f"| {r.name if graph == 'original' else ''} | {graph} | {_mb(pt)} | "
+                f"{_mb(mt)} | {_ratio(mt, pt)} | {_mb(mt + r.fed)} | "
+                f"{_ratio(mt + r.fed, pt)} | {_mb(r.predicted_scratch)} | {_mb(ms)} | "
+                f"{_ratio(mp + r.fed, pp)} |"
             )
     out += [
         "",
@@ -1032,16 +1119,19 @@ def tables(rows: list[Row], steps: int) -> str:
     return "\n".join(out)
 
 
-def write_docs(text: str, path: Path = DOCS) -> None:
-    """Puts ``text`` between the markers of ``path`` (made if missing)."""
-    block = f"{BEGIN}\n{text}\n{END}"
+def write_docs(text: str, path: Path = DOCS, setting: str | None = None) -> None:
+    """Puts ``text`` between the markers of ``path`` for ``setting`` (this run's
+    oneDNN setting: each has its own block; made if missing)."""
+    setting = setting or _setting()
+    begin, end = f"{BEGIN[:-4]} {setting} -->", f"{END[:-4]} {setting} -->"
+    block = f"{begin}\n{text}\n{end}"
     old = path.read_text() if path.exists() else "# Simulator accuracy\n\n"
-    if BEGIN in old and END in old:
-        head, rest = old.split(BEGIN, 1)
-        new = head + block + rest.split(END, 1)[1]
-    else:
-        new = old.rstrip("\n") + "\n\n" + block + "\n"
-    path.write_text(new)
+    for b, e in ((begin, end), (BEGIN, END)):  # this setting's block, or the old one
+        if b in old and e in old:
+            head, rest = old.split(b, 1)
+            path.write_text(head + block + rest.split(e, 1)[1])
+            return
+    path.write_text(old.rstrip("\n") + "\n\n" + block + "\n")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -298,9 +298,17 @@ class Run:
     peaks: list[int] = field(default_factory=list)
     times: list[float] = field(default_factory=list)
     losses: list[np.ndarray] = field(default_factory=list)
+    device_of: dict[str, str] = field(default_factory=dict)
 
     def open(self, steps: int) -> None:
-        graph, feeds, fetches, init, *_ = measuring._session_graph(self.traced, self.graph_def)
+        # A swap plan's host copies run on the device and are charged to the host, as
+        # ``measure(host_on_device=True)`` does, so that it too has one executor and runs
+        # inline: on the thread pool two kernels run at once, each with its own scratch
+        # (two 28 MB convolution-gradient buffers with oneDNN off, docs/devices.md).
+        source = self.traced.graph_def if self.graph_def is None else self.graph_def
+        gd, moved = measuring.place_host_on_device(source, "/device:CPU:0")
+        self.device_of = {f"step/{name}": key for name, key in moved.items()}
+        graph, feeds, fetches, init, *_ = measuring._session_graph(self.traced, gd)
         self.sess = tf.compat.v1.Session(graph=graph, config=session_config())
         self.sess.run(init)
         loss = self.traced.loss_index
@@ -311,7 +319,7 @@ class Run:
         options = measuring.run_options(trace=True)
         for _ in range(steps):
             stats = self.step(options).step_stats
-            replay = measuring.replay_step_stats(stats).get("/device:CPU:0")
+            replay = measuring.replay_step_stats(stats, self.device_of).get("/device:CPU:0")
             self.peaks.append(int(replay[1].max(initial=0)) if replay else 0)
 
     def step(self, options: Any) -> Any:

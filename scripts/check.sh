@@ -23,3 +23,15 @@ step "python: ruff, stubs"
 step "pytest"
 # pytest exits 5 when it collects no test; set -e turns that into a failure.
 "$PY" -m pytest -q "$@"
+
+# The tests that compare measured memory with the model, again with TensorFlow's own
+# CPU kernels (oneDNN off: what an AVX2-only CPU runs) and with oneDNN's, each in a
+# process of its own: the kernels' scratch differs (docs/devices.md, "Kernel workspace").
+MEMORY_TESTS=(tests/test_trial.py tests/test_measure.py tests/test_distribute.py tests/test_remat.py
+    tests/test_mixed_precision.py)
+if [ "$#" -eq 0 ]; then
+    for onednn in 0 1; do
+        step "pytest, memory-measuring tests, TF_ENABLE_ONEDNN_OPTS=$onednn"
+        TF_ENABLE_ONEDNN_OPTS=$onednn "$PY" -m pytest -q "${MEMORY_TESTS[@]}"
+    done
+fi

@@ -66,7 +66,15 @@ def _digest(arrays) -> str:
 
 
 def _activation_budgets(dt, fractions):
-    """Per replica: (budget incl. persistent bytes, activation budget, analysed peak)."""
+    """Per replica: (budget incl. persistent bytes, activation budget, analysed peak).
+
+    The budget is the largest kernel scratch (no plan removes it, docs/devices.md) plus
+    ``fraction`` of the rest of the analysed activation peak: below the unplanned peak
+    under either CPU backend, so every replica's plan must move or recompute tensors.
+    With oneDNN's kernels (no scratch) that is the fraction of the tensors' peak; with
+    TensorFlow's own (a 27 MB im2col buffer in each ``Conv2DBackpropFilter`` here, far
+    above these tensors) the peak is at such an op, and the plan must shrink the
+    tensors live there."""
     import hybridplan
     from hybridplan import distributed
 
@@ -76,7 +84,8 @@ def _activation_budgets(dt, fractions):
         members = [i for i, d in enumerate(devices) if distributed._same_device(d, dev)]
         sub = distributed.replica_subgraph(dt.traced.graph_def, members)
         a = hybridplan.analyze(sub.SerializeToString(), loss=dt.losses[r])
-        act = int(a.activation_peak_bytes * fractions[r])
+        scratch = a.workspace_peak_bytes
+        act = scratch + int((a.activation_peak_bytes - scratch) * fractions[r])
         out.append((a.persistent_bytes + act, act, a.activation_peak_bytes))
     return out
 
@@ -162,6 +171,8 @@ def mirrored() -> dict:
         "collective_devices": _collective_devices(dt.traced.graph_def, result.graph_def),
         "measured_base": m_base.peak_bytes,
         "measured_planned": m_new.peak_bytes,
+        "measured_base_tensors": m_base.tensor_peak_bytes,
+        "measured_planned_tensors": m_new.tensor_peak_bytes,
         "session_same": _same(m_base.losses, m_new.losses) and _same(m_base.weights, m_new.weights),
     }
 

@@ -324,3 +324,83 @@ def test_hand_built_plans_measure_within_ten_percent_of_the_simulator(mlp):
     assert cases["recompute"][1] < 0.9 * cases["original"][1]
     for name, r in ratios.items():
         assert 0.9 <= r <= 1.1, (name, ratios)
+
+
+def test_workspace_rule_is_the_running_tensorflows():
+    """``auto`` asks TensorFlow which CPU kernels it runs: oneDNN's exactly when
+    ``TF_ENABLE_ONEDNN_OPTS`` says so (this file runs under 0 and 1 in check.sh)."""
+    import os
+
+    from hybridplan._backend import cpu_workspace_rule, workspace_rule
+
+    rule = cpu_workspace_rule()
+    setting = os.environ.get("TF_ENABLE_ONEDNN_OPTS")
+    if setting in ("0", "1"):
+        assert rule.startswith("cpu-onednn" if setting == "1" else "cpu-eigen:"), rule
+    assert workspace_rule("auto", hybridplan.device_model("cpu")) == rule
+    assert workspace_rule("auto") == rule  # an analysis: compared with CPU measurements
+    assert workspace_rule(None, hybridplan.device_model("cpu")) == "none"
+    with pytest.raises(hybridplan.InvalidArgumentError, match="workspace rule"):
+        hybridplan.analyze(hybridplan.synthetic_graphdef(200), workspace="tpu")
+
+
+def test_onednn_leaves_the_types_this_cpu_lacks_to_tensorflows_kernels():
+    """TensorFlow's ``IsDataTypeSupportedByOneDNNOnThisCPU`` from the CPU's flags: an
+    AVX2-only CPU runs bfloat16 and float16 ops in TensorFlow's own kernels, an AVX-512
+    one without AVX512-FP16 only float16 ones, a Sapphire Rapids neither."""
+    from hybridplan._backend import onednn_own_kernel_types
+
+    assert onednn_own_kernel_types({"avx2", "fma"}) == ["bfloat16", "half"]
+    assert onednn_own_kernel_types({"avx512f", "avx512bw", "avx512_bf16"}) == ["half"]
+    assert onednn_own_kernel_types({"avx512f", "avx512bw", "avx512_fp16"}) == []
+    assert onednn_own_kernel_types({"avx2", "avx_ne_convert"}) == []
+    g = hybridplan.synthetic_graphdef(200)
+    for spec in ("cpu-onednn:2:33554432:half", "cpu-onednn:2:33554432:bfloat16,half"):
+        assert hybridplan.analyze(g, workspace=spec).peak_bytes > 0
+
+
+def test_auto_workspace_follows_the_device_models_kernels_not_its_name(monkeypatch):
+    """A model made from the ``cpu`` preset under another name (a slower link, as
+    tests/distribute_case.py gives one replica) still runs TensorFlow's CPU kernels: its
+    plan counts their scratch. Before the ``kernels`` field, ``auto`` went by the name
+    and planned such a model without scratch."""
+    from hybridplan._backend import cpu_workspace_rule
+
+    monkeypatch.delenv("TF_CUDNN_WORKSPACE_LIMIT_IN_MB", raising=False)
+    g = hybridplan.synthetic_graphdef(200)
+    slow = hybridplan.device_model("cpu", name="slow-link", h2d_bandwidth=2e8)
+    assert slow["kernels"] == "cpu"
+    budget = "100GiB"
+    assert hybridplan.plan(g, budget, device=slow).report["workspace"] == cpu_workspace_rule()
+    assert hybridplan.plan(g, budget, device="a100-pcie4").report["workspace"] == "none"
+    monkeypatch.setenv("TF_CUDNN_WORKSPACE_LIMIT_IN_MB", "256")
+    assert hybridplan.plan(g, budget, device="a100-pcie4").report["workspace"] == "gpu-cudnn:256"
+    own = hybridplan.device_model("a100-pcie4", kernels="gpu-cudnn:64")
+    assert hybridplan.plan(g, budget, device=own).report["workspace"] == "gpu-cudnn:64"
+    unnamed = {k: v for k, v in hybridplan.device_model("cpu").items() if k != "kernels"}
+    assert hybridplan.plan(g, budget, device=unnamed).report["workspace"] == "gpu-cudnn:256"
+    with pytest.raises(hybridplan.InvalidArgumentError, match="kernels"):
+        hybridplan.plan(g, budget, device=hybridplan.device_model("cpu", kernels="tpu"))
+
+
+def test_measured_scratch_is_the_modelled_scratch():
+    """The small ResNet's kernel scratch, measured (buffers a node allocated and freed
+    while it ran) against the workspace rule of the kernels TensorFlow runs: with its
+    own kernels a 28,311,552-byte im2col buffer in each 16-channel
+    ``Conv2DBackpropFilter``, with oneDNN's a few KiB the rule leaves out. The total
+    peak is the tensors' plus scratch at the op that holds it."""
+    from hybridplan import models
+
+    w = models.build("small_resnet")
+    traced = w.trace()
+    a = hybridplan.analyze(traced)
+    m = measure(traced, None, w.batch, steps=1)
+    predicted = a.workspace_peak_bytes
+    assert predicted <= m.device_scratch <= predicted + (128 << 10), (m.scratch_bytes, predicted)
+    assert m.device_tensor_peak <= m.device_peak
+    assert m.device_peak <= m.device_tensor_peak + m.device_scratch
+    predicted_total = a.peak_bytes - a.persistent_bytes
+    assert abs(m.device_peak - predicted_total) <= 0.1 * m.device_peak, (
+        m.device_peak,
+        predicted_total,
+    )

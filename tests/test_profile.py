@@ -77,6 +77,52 @@ def test_fused_kernels_are_charged_to_the_nodes_they_absorbed(cnn):
         assert all(a in prof.times and a not in prof.removed for a in absorbed)
 
 
+def test_profile_measures_each_nodes_scratch_for_the_workspace_model(cnn):
+    """``Profile.workspace``: per GraphDef node, the scratch it allocated and freed while
+    it ran. Where the workspace rule gives a node scratch (TensorFlow's own convolution
+    gradients, oneDNN off) the profile measures the rule's bytes; where it gives none
+    (oneDNN's kernels) the profile has the few KiB they take. Given as
+    ``workspace_profile``, it replaces the rule node by node in analyze and plan, and
+    the model's largest scratch is then the measured one."""
+    from hybridplan.measuring import measure
+
+    w, traced, prof = cnn
+    names = {n.name: i for i, n in enumerate(traced.graph_def.node)}
+    assert prof.workspace and set(prof.workspace) <= set(names)
+    assert all(isinstance(b, int) and b >= 0 for b in prof.workspace.values())
+    grads = [
+        n.name
+        for i, n in enumerate(traced.graph_def.node)
+        if n.op.startswith("Conv2DBackprop") and i in prof.measured  # ran under its name
+    ]
+    assert len(grads) >= 3 and all(g in prof.workspace for g in grads), grads
+
+    rule = hybridplan.analyze(traced)
+    for g in grads:
+        modelled = int(rule.workspace[names[g]]) if len(rule.workspace) else 0
+        if modelled:
+            assert prof.workspace[g] == modelled, (g, prof.workspace[g], modelled)
+        else:
+            assert prof.workspace[g] <= 64 << 10, (g, prof.workspace[g])
+
+    a = hybridplan.analyze(traced, workspace="none", workspace_profile=prof.workspace)
+    for name, nbytes in prof.workspace.items():
+        assert a.workspace[names[name]] == nbytes
+    m = measure(traced, None, w.batch, steps=2)
+    assert a.workspace_peak_bytes == max(prof.workspace.values()) == m.device_scratch
+
+    budget = a.peak_bytes + (1 << 20)
+    p = hybridplan.plan(
+        traced, budget, device="cpu", workspace="none", workspace_profile=prof.workspace
+    )
+    assert p.original.peak_bytes == a.peak_bytes
+    with pytest.raises(InvalidArgumentError, match="not in the graph"):
+        hybridplan.plan(traced, budget, device="cpu", workspace_profile={"no-such-node": 1})
+    for bad in ({grads[0]: -1}, {grads[0]: 1.5}, [(grads[0], 1)]):
+        with pytest.raises(InvalidArgumentError, match="workspace_profile"):
+            hybridplan.analyze(traced, workspace_profile=bad)
+
+
 def test_profile_changes_the_predicted_step_time(cnn):
     _, traced, prof = cnn
     peak = hybridplan.analyze(traced).peak_bytes

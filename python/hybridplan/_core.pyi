@@ -33,6 +33,10 @@ class CoreAnalysis:
     @property
     def peak_position(self) -> int: ...
     @property
+    def tensor_peak_bytes(self) -> int: ...
+    @property
+    def workspace(self) -> npt.NDArray[np.uint64]: ...
+    @property
     def persistent_bytes(self) -> int: ...
     @property
     def loss(self) -> str | None: ...
@@ -50,6 +54,8 @@ def analyze(
     loss: str | None = None,
     persistent_bytes: int | None = None,
     separate_buffers: bool = False,
+    workspace: str | None = None,
+    workspace_profile: list[tuple[str, int]] | None = None,
 ) -> CoreAnalysis: ...
 
 @final
@@ -74,6 +80,8 @@ def plan(
     tflms: tuple[int, int, int] | None = None,
     select: tuple[list[str], list[str], list[str], list[str]] | None = None,
     separate_buffers: bool = False,
+    workspace: str | None = None,
+    workspace_profile: list[tuple[str, int]] | None = None,
     host_budget: int | None = None,
 ) -> CorePlan: ...
 def device_preset(name: str) -> str: ...
@@ -90,6 +98,8 @@ def export_problem(
     min_bytes: int = 65536,
     profile: list[tuple[int, float]] | None = None,
     separate_buffers: bool = False,
+    workspace: str | None = None,
+    workspace_profile: list[tuple[str, int]] | None = None,
 ) -> str: ...
 def simulate_plan(
     data: bytes,
@@ -102,6 +112,8 @@ def simulate_plan(
     persistent_bytes: int | None = None,
     profile: list[tuple[int, float]] | None = None,
     separate_buffers: bool = False,
+    workspace: str | None = None,
+    workspace_profile: list[tuple[str, int]] | None = None,
 ) -> CorePlan: ...
 
 REPLAY_VERSION: int
@@ -115,4 +127,6 @@ def replay(
     persistent_bytes: int | None = None,
     profile: list[tuple[int, float]] | None = None,
     separate_buffers: bool = False,
+    workspace: str | None = None,
+    workspace_profile: list[tuple[str, int]] | None = None,
 ) -> str: ...

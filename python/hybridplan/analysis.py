@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import numpy as np
 
 from . import _args, _core
+from ._backend import workspace_rule
 from ._graphio import GraphLike, graph_bytes
+from .planning import workspace_overrides
 
 __all__ = ["Analysis", "LiveTensor", "analyze"]
 
@@ -55,6 +58,22 @@ class Analysis:
     def activation_peak_bytes(self) -> int:
         """Peak bytes minus persistent bytes."""
         return self.peak_bytes - self.persistent_bytes
+
+    @property
+    def workspace(self) -> np.ndarray:
+        """Scratch bytes each GraphDef node holds while it runs, by node index."""
+        return self._core.workspace
+
+    @property
+    def workspace_peak_bytes(self) -> int:
+        """The most scratch any one op holds."""
+        ws = self._core.workspace
+        return int(ws.max()) if len(ws) else 0
+
+    @property
+    def tensor_peak_bytes(self) -> int:
+        """Peak device bytes of the tensors alone (scratch left out), persistent included."""
+        return self._core.tensor_peak_bytes
 
     @property
     def peak_position(self) -> int:
@@ -108,6 +127,8 @@ def analyze(
     loss: str | None = None,
     persistent_bytes: int | None = None,
     separate_buffers: bool = False,
+    workspace: str | None = "auto",
+    workspace_profile: Mapping[str, int] | None = None,
 ) -> Analysis:
     """Analyses the device memory of a training step.
 
@@ -121,6 +142,12 @@ def analyze(
             model follows TensorFlow's in-place forwarding: an element-wise op
             that is the last reader of an input buffer of its output's size
             writes its output there (docs/how-it-works.md).
+        workspace: the kernels' scratch rule (``"auto"``: the CPU kernels of the
+            running TensorFlow, oneDNN on or off; ``"none"``, ``"cpu-eigen:THREADS"``,
+            ``"cpu-onednn"``, ``"gpu-cudnn:MIB"``): each op holds its scratch while
+            it runs, on top of its inputs and outputs (docs/devices.md).
+        workspace_profile: measured scratch bytes by node name, replacing the rule's
+            for those nodes (``Profile.workspace``, see :func:`hybridplan.plan`).
 
     Raises:
         InvalidGraphError: malformed bytes, cycles, missing inputs.
@@ -141,5 +168,7 @@ def analyze(
             loss=loss or traced_loss,
             persistent_bytes=persistent_bytes,
             separate_buffers=separate_buffers,
+            workspace=workspace_rule(workspace),
+            workspace_profile=workspace_overrides(workspace_profile),
         )
     )

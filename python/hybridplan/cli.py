@@ -211,8 +211,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--fraction",
         type=float,
-        help="budget = variables + this fraction of the original's activation peak "
-        "(default: 0.7, or the smallest fraction any plan reaches when 0.7 is out of reach)",
+        help="budget = variables + this fraction of the original's tensor peak + the "
+        "largest kernel scratch of one op (default: 0.7, or the smallest fraction any plan "
+        "reaches when 0.7 is out of reach)",
     )
     _add_strategy(p)
     p.add_argument("--steps", type=int, default=3, help="steps measured")
@@ -624,7 +625,11 @@ def _cmd_trial(args: argparse.Namespace) -> int:
         "device activation memory (variables excluded): "
         f"budget {fmt_bytes(t.activation_budget)}, predicted {fmt_bytes(t.predicted_peak)}, "
         f"measured {fmt_bytes(t.planned.device_peak)} "
-        f"({t.peak_ratio:.0%} of the original's {fmt_bytes(t.original.device_peak)})",
+        f"(original {fmt_bytes(t.original.device_peak)})",
+        f"  of which tensors {fmt_bytes(t.planned.device_tensor_peak)} "
+        f"({t.peak_ratio:.0%} of the original's {fmt_bytes(t.original.device_tensor_peak)}), "
+        f"kernel scratch {fmt_bytes(t.planned.device_scratch)} "
+        f"(modelled {fmt_bytes(t.predicted_scratch)}, workspace rule {t.workspace})",
         f"measured step time: {o * 1e3:.1f} ms -> {n * 1e3:.1f} ms ({n / o:.2f}x)",
     ]
     print(summary_table({args.strategy: t.plan}, t.plan.budget))

@@ -38,7 +38,9 @@ def _say(msg: str) -> None:
 
 
 def run_demo(out_dir: str | Path, quick: bool = False) -> int:
-    """Runs both stages; returns 0 when the rewritten step matched the original."""
+    """Runs both stages; returns 0 when the rewritten step matched the original bit
+    for bit and its measured peak was within the budget, else 1 (the output says which
+    differed and why)."""
     from .runner import setup_cpu_emulation
 
     setup_cpu_emulation(2)  # before TensorFlow initialises
@@ -135,11 +137,30 @@ def _stage_run(out: Path) -> bool:
         if same
         else "LOSSES OR WEIGHTS DIFFER FROM THE ORIGINAL"
     )
-    _say(
+    notes = [
         f"device activation memory (variables excluded): budget {fmt_bytes(t.activation_budget)}, "
         f"predicted {fmt_bytes(t.predicted_peak)}, measured {fmt_bytes(t.planned.device_peak)} "
-        f"(original: measured {fmt_bytes(t.original.device_peak)})"
-    )
+        f"(original: measured {fmt_bytes(t.original.device_peak)})",
+        f"of which kernel scratch ({t.workspace}): predicted {fmt_bytes(t.predicted_scratch)}, "
+        f"measured {fmt_bytes(t.planned.device_scratch)}; tensors measured "
+        f"{fmt_bytes(t.planned.device_tensor_peak)} "
+        f"(original {fmt_bytes(t.original.device_tensor_peak)})",
+    ]
+    if not t.within_budget:
+        notes.append(
+            f"MEASURED PEAK OVER BUDGET: {fmt_bytes(t.planned.device_peak)} > "
+            f"{fmt_bytes(t.activation_budget)}; the plan predicted {fmt_bytes(t.predicted_peak)} "
+            f"with the workspace rule {t.workspace!r}: the difference is memory the model "
+            "does not have (kernel scratch measured "
+            f"{fmt_bytes(t.planned.device_scratch)}, predicted {fmt_bytes(t.predicted_scratch)})"
+        )
+    if not same:
+        notes.append(
+            "LOSSES OR WEIGHTS DIFFER: the rewritten step computed different numbers from "
+            "the original's (see docs/how-it-works.md, Numerics)"
+        )
+    for line in notes:
+        _say(line)
     o, n = t.original.step_time, t.planned.step_time
     _say(f"measured step time {o * 1e3:.1f} ms -> {n * 1e3:.1f} ms")
     secs, used = t.planned.timeline
@@ -148,6 +169,7 @@ def _stage_run(out: Path) -> bool:
         "hybrid",
         out / SMALL_MODEL,
         measured=(secs, used + t.plan.report["persistent_bytes"]),
+        notes=notes,
     )
     _say("report with the measured curve: " + str(files["report.html"]))
-    return same
+    return same and t.within_budget

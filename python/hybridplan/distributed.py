@@ -780,7 +780,9 @@ def measure(
     try:
         for s in range(warmup):
             run(s, None)
-        peaks, timeline = measuring._traced_steps(run, range(warmup, warmup + steps), "")
+        split: dict[str, dict[str, list[int]]] = {}
+        seeds = range(warmup, warmup + steps)
+        peaks, timeline = measuring._traced_steps(run, seeds, "", None, None, split)
         weights = [np.asarray(w) for w in sess.run(variables)]
     finally:
         sess.close()
@@ -793,6 +795,8 @@ def measure(
         timeline_bytes=timeline[1],
         losses=losses,
         weights=weights,
+        tensor_peak_bytes={k: max(v) for k, v in split["tensor"].items()},
+        scratch_bytes={k: max(v) for k, v in split["scratch"].items()},
     )
 
 

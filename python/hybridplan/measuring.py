@@ -69,6 +69,7 @@ __all__ = [
     "ran_inline",
     "replay_step_stats",
     "run_options",
+    "step_scratch",
 ]
 
 #: Values of ``measure(..., order=...)``: ``"inline"`` (a step with one executor runs in
@@ -103,6 +104,10 @@ class Measurement:
         host_nodes: with ``host_on_device=True``, the nodes moved from another device
             onto :attr:`device` (a swap plan's swap-outs), whose allocations are
             tallied under the device they were placed on (empty otherwise).
+        tensor_peak_bytes: each device's largest peak of the tensors alone: the
+            timeline without any node's kernel scratch (buffers a node allocated and
+            freed while it ran). ``peak_bytes`` is the total, scratch included.
+        scratch_bytes: the most scratch one node of each device held at once.
     """
 
     device: str
@@ -115,11 +120,23 @@ class Measurement:
     weights: list[np.ndarray] = field(default_factory=list)
     inline: bool = False
     host_nodes: tuple[str, ...] = ()
+    tensor_peak_bytes: dict[str, int] = field(default_factory=dict)
+    scratch_bytes: dict[str, int] = field(default_factory=dict)
 
     @property
     def device_peak(self) -> int:
         """Peak bytes of :attr:`device` (0 when nothing was allocated there)."""
         return self.peak_bytes.get(self.device, 0)
+
+    @property
+    def device_tensor_peak(self) -> int:
+        """Peak bytes of :attr:`device`'s tensors, scratch left out."""
+        return self.tensor_peak_bytes.get(self.device, 0)
+
+    @property
+    def device_scratch(self) -> int:
+        """The most scratch one node of :attr:`device` held at once."""
+        return self.scratch_bytes.get(self.device, 0)
 
     @property
     def timeline(self) -> tuple[np.ndarray, np.ndarray]:
@@ -140,7 +157,7 @@ def device_key(device: str) -> str:
 
 
 def replay_step_stats(
-    step_stats: Any, device_of: Mapping[str, str] | None = None
+    step_stats: Any, device_of: Mapping[str, str] | None = None, scratch: bool = True
 ) -> dict[str, tuple[np.ndarray, np.ndarray]]:
     """Per-device memory timelines from one step's ``StepStats``.
 
@@ -149,7 +166,8 @@ def replay_step_stats(
     it); the records of a device are sorted by time (ties keep record order) and
     accumulated. ``device_of`` (node name as in the step stats -> device key) charges
     the records of the nodes it names to that device instead (the nodes that
-    ``host_on_device`` moved, see :func:`measure`).
+    ``host_on_device`` moved, see :func:`measure`). ``scratch=False`` leaves out each
+    node's kernel scratch (see :func:`step_scratch`): the tensors' timeline.
 
     Returns:
         ``{device_key: (times_us, bytes_in_use)}``; times are relative to the earliest
@@ -165,14 +183,64 @@ def replay_step_stats(
         events.setdefault(key, [])
         for ns in dev.node_stats:
             bucket = events.setdefault(device_of.get(ns.node_name, key), [])
-            for mem in ns.memory:
-                bucket.extend((r.alloc_micros, r.alloc_bytes) for r in mem.allocation_records)
+            records = [
+                (r.alloc_micros, r.alloc_bytes) for m in ns.memory for r in m.allocation_records
+            ]
+            if not scratch:
+                records = _without_scratch(ns, records)[0]
+            bucket.extend(records)
     start = min((t for recs in events.values() for t, _ in recs), default=0)
     out = {}
     for key, recs in events.items():
         arr = np.asarray(recs, dtype=np.int64).reshape(-1, 2)
         order = np.argsort(arr[:, 0], kind="stable")
         out[key] = (arr[order, 0] - start, np.cumsum(arr[order, 1]))
+    return out
+
+
+def _without_scratch(ns: Any, records: list[tuple[int, int]]) -> tuple[list, int]:
+    """A node's records without its scratch, and the most scratch it held at once.
+
+    Scratch is a buffer the node allocated and freed while it ran (its kernel's
+    ``allocate_temp``): a deallocation record no later than the node's end, paired with
+    the latest earlier allocation of the same size. An output outlives its node, so its
+    deallocation (filed with the node, at its last reader's time) comes later. O(R log R).
+    """
+    end = ns.all_start_micros + ns.all_end_rel_micros
+    ordered = sorted(range(len(records)), key=lambda i: records[i][0])
+    open_: dict[int, list[int]] = {}
+    drop: set[int] = set()
+    for i in ordered:
+        t, b = records[i]
+        if t > end:
+            break
+        if b > 0:
+            open_.setdefault(b, []).append(i)
+        elif b < 0 and open_.get(-b):
+            drop.add(open_[-b].pop())
+            drop.add(i)
+    cur = held = 0
+    for i in ordered:
+        if i in drop:
+            cur += records[i][1]
+            held = max(held, cur)
+    return [r for i, r in enumerate(records) if i not in drop], held
+
+
+def step_scratch(step_stats: Any, device_of: Mapping[str, str] | None = None) -> dict[str, int]:
+    """The most kernel scratch any one node of each device held at once in one step,
+    bytes (``{device_key: bytes}``; see :func:`_without_scratch` for what counts)."""
+    out: dict[str, int] = {}
+    device_of = device_of or {}
+    for dev in step_stats.dev_stats:
+        key = device_key(dev.device)
+        out.setdefault(key, 0)
+        for ns in dev.node_stats:
+            k = device_of.get(ns.node_name, key)
+            records = [
+                (r.alloc_micros, r.alloc_bytes) for m in ns.memory for r in m.allocation_records
+            ]
+            out[k] = max(out.get(k, 0), _without_scratch(ns, records)[1])
     return out
 
 
@@ -266,8 +334,9 @@ def measure(
         for s in range(warmup):
             run(s, plain)
         seeds = range(warmup, warmup + steps)
+        split: dict[str, dict[str, list[int]]] = {}
         peaks, timeline = _traced_steps(
-            traced_run, seeds, device, run_options(order, True), device_of
+            traced_run, seeds, device, run_options(order, True), device_of, split
         )
         times = []
         for s in range(warmup + steps, warmup + 2 * steps):
@@ -285,6 +354,8 @@ def measure(
         weights=weights,
         inline=all(inline),
         host_nodes=tuple(name.removeprefix("step/") for name in device_of),
+        tensor_peak_bytes={k: max(v) for k, v in split["tensor"].items()},
+        scratch_bytes={k: max(v) for k, v in split["scratch"].items()},
     )
 
 
@@ -368,18 +439,27 @@ def _traced_steps(
     device: str,
     options: Any = None,
     device_of: Mapping[str, str] | None = None,
+    split: dict[str, dict[str, list[int]]] | None = None,
 ) -> tuple[dict[str, list[int]], tuple[np.ndarray, np.ndarray]]:
     """Runs FULL_TRACE steps (``options``: ``run_options("pool", True)`` when None):
     each device's peak per step (0 where a step allocated nothing there), and the
     device timeline of the step with the largest peak. ``device_of``: as in
-    :func:`replay_step_stats`."""
+    :func:`replay_step_stats`. ``split``, when given, gets ``"tensor"`` (each device's
+    peak without scratch, per step) and ``"scratch"`` (:func:`step_scratch` per step)."""
     if options is None:
         options = run_options("pool", trace=True)
-    replays = [replay_step_stats(run(seed, options).step_stats, device_of) for seed in seeds]
+    stats = [run(seed, options).step_stats for seed in seeds]
+    replays = [replay_step_stats(st, device_of) for st in stats]
     keys = sorted({key for replay in replays for key in replay})
-    peaks = {
-        key: [int(r[key][1].max(initial=0)) if key in r else 0 for r in replays] for key in keys
-    }
+
+    def per_step(rs: list) -> dict[str, list[int]]:
+        return {k: [int(r[k][1].max(initial=0)) if k in r else 0 for r in rs] for k in keys}
+
+    peaks = per_step(replays)
+    if split is not None:
+        split["tensor"] = per_step([replay_step_stats(st, device_of, False) for st in stats])
+        scratch = [step_scratch(st, device_of) for st in stats]
+        split["scratch"] = {k: [sc.get(k, 0) for sc in scratch] for k in keys}
     empty = (np.zeros(0, np.int64), np.zeros(0, np.int64))
     with_device = [r[device] for r in replays if device in r]
     timeline = max(with_device, key=lambda tb: tb[1].max(initial=0), default=empty)

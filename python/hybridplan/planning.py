@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -13,6 +13,7 @@ import numpy as np
 
 from . import _args, _core
 from ._args import parse_bytes
+from ._backend import workspace_rule
 from ._graphio import GraphLike, graph_bytes
 from .errors import BudgetError, InvalidArgumentError
 
@@ -111,6 +112,31 @@ def device_model(base: str | None = None, **fields: Any) -> dict:
     return dev
 
 
+def workspace_overrides(profile: Mapping[str, int] | None) -> list[tuple[str, int]] | None:
+    """``workspace_profile`` as the core takes it: ``(node name, bytes)`` sorted by name.
+
+    Raises:
+        InvalidArgumentError: not a mapping of node names to byte counts in [0, 2^64).
+    """
+    if profile is None:
+        return None
+    if not isinstance(profile, Mapping):
+        raise InvalidArgumentError(
+            "workspace_profile must map GraphDef node names to scratch bytes "
+            f"(Profile.workspace), got {type(profile).__name__}"
+        )
+    out = []
+    for name, nbytes in sorted(profile.items()):
+        ok = isinstance(nbytes, (int, np.integer)) and not isinstance(nbytes, bool)
+        if not isinstance(name, str) or not ok or not 0 <= int(nbytes) < 2**64:
+            raise InvalidArgumentError(
+                f"workspace_profile: {name!r} -> {nbytes!r}: give a node name and a byte "
+                "count >= 0 (Profile.workspace from hybridplan.profile)"
+            )
+        out.append((name, int(nbytes)))
+    return out
+
+
 def _device_args(device: str | dict | os.PathLike) -> tuple[str, str | None, dict]:
     if isinstance(device, dict):
         _check_device_fields(device)
@@ -134,9 +160,9 @@ def _check_device_fields(dev: Any, where: str = "") -> None:
     if not isinstance(dev, dict):
         raise InvalidArgumentError(f"a device model must be a JSON object{where}, got {dev!r}")
     for k, v in dev.items():
-        if k == "name":
+        if k in ("name", "kernels"):
             if not isinstance(v, str):
-                raise InvalidArgumentError(f"device field 'name'{where} must be a string")
+                raise InvalidArgumentError(f"device field {k!r}{where} must be a string")
         elif k == "memory_bytes":
             _args.count(v, f"device field 'memory_bytes'{where}")
         else:
@@ -428,6 +454,8 @@ def plan(
     exclude_types: Sequence[str] | None = None,
     time_limit: float = 60.0,
     separate_buffers: bool = False,
+    workspace: str | None = "auto",
+    workspace_profile: Mapping[str, int] | None = None,
     host_budget: Any = "auto",
 ) -> Plan:
     """Plans which tensors to swap and which sub-graphs to recompute.
@@ -470,6 +498,17 @@ def plan(
             ``"optimal"`` always solves this model (its plan then fits the
             default model too, whose memory is never higher); pass True to
             compare other strategies with it on equal terms.
+        workspace: the kernels' scratch rule, held by each op while it runs and
+            counted against the budget: ``"auto"`` (as the device model's ``kernels``
+            field says: for ``"cpu"``, the ``cpu`` preset and models made from it, the CPU
+            kernels of the running TensorFlow, oneDNN on or off; for ``"gpu"``
+            ``"gpu-cudnn:MIB"`` when ``TF_CUDNN_WORKSPACE_LIMIT_IN_MB`` is set, else
+            ``"none"``), ``"none"``, ``"cpu-eigen:THREADS"``, ``"cpu-onednn"`` or
+            ``"gpu-cudnn:MIB"`` (docs/devices.md). ``"optimal"`` models none.
+        workspace_profile: measured scratch bytes by GraphDef node name, replacing the
+            rule's for those nodes (``Profile.workspace`` from
+            :func:`hybridplan.profile`, which tells a node's scratch, allocated and
+            freed while it ran, from its outputs).
         host_budget: host bytes the swapped tensors may hold at once (each
             swap-out's buffer lives from the copy's start until its last
             swap-in ends): an int, a string such as ``"64GiB"``, ``None`` (no
@@ -528,6 +567,7 @@ def plan(
     tflms_args = _args.tflms_params(tflms)
     host = _host_budget(host_budget, dev)
     data, traced_loss = graph_bytes(graph)
+    rule = workspace_rule(workspace, dev)
     core = _core.plan(
         data,
         nbytes,
@@ -541,9 +581,13 @@ def plan(
         tflms=tflms_args,
         select=select if any(select) else None,
         separate_buffers=separate_buffers,
+        workspace=rule,
+        workspace_profile=workspace_overrides(workspace_profile),
         host_budget=host,
     )
-    return Plan(json.loads(core.report_json), (core.timeline(0), core.timeline(1)), core.events())
+    report = json.loads(core.report_json)
+    report["workspace"] = rule
+    return Plan(report, (core.timeline(0), core.timeline(1)), core.events())
 
 
 def _optimal(

@@ -139,6 +139,11 @@ class Profile:
         dispatched: GraphDef indices of the nodes that ran as a kernel of their own
             (under their own name, or as the fused kernel named after them); the nodes a
             fused kernel absorbed are not in it.
+        workspace: ``{GraphDef node name: bytes}``, the most kernel scratch each node
+            that ran under its own name held at once over the traced steps (buffers it
+            allocated and freed while it ran: :func:`hybridplan.measuring.step_scratch`;
+            0 for a node that held none). Give it to ``plan``/``apply``/``analyze`` as
+            ``workspace_profile`` to replace the workspace rule's figures by these.
         inline: the traced steps ran inline, one kernel at a time (``order="inline"``
             granted; see :func:`profile`).
     """
@@ -156,6 +161,7 @@ class Profile:
     removed: frozenset[int] = frozenset()
     unmapped: dict[str, float] = field(default_factory=dict)
     dispatched: frozenset[int] = frozenset()
+    workspace: dict[str, int] = field(default_factory=dict)
     inline: bool = False
 
     @property
@@ -556,7 +562,29 @@ def _profile_from_stats(source: Any, stats: list[Any], wall: list[float]) -> Pro
         removed=removed,
         unmapped={k: statistics.median(v) for k, v in sorted(unmapped_lists.items())},
         dispatched=frozenset(ran),
+        workspace=_workspace(nodes, index, stats),
     )
+
+
+def _workspace(nodes: list[Any], index: dict[str, int], stats: list[Any]) -> dict[str, int]:
+    """The most scratch each GraphDef node held at once over the steps ``stats``, for the
+    nodes that ran under their own name (a node Grappler made, or one fused under another
+    name, is left to the workspace rule). O(R log R) for R allocation records."""
+    from .measuring import _without_scratch
+
+    out: dict[str, int] = {}
+    for st in stats:
+        for dev in st.dev_stats:
+            for ns in dev.node_stats:
+                v = index.get(_strip_scope(ns.node_name))
+                if v is None:
+                    continue
+                records = [
+                    (r.alloc_micros, r.alloc_bytes) for m in ns.memory for r in m.allocation_records
+                ]
+                name = nodes[v].name
+                out[name] = max(out.get(name, 0), _without_scratch(ns, records)[1])
+    return dict(sorted(out.items()))
 
 
 def _producer(index: dict[str, int], ref: str) -> int | None:

@@ -18,7 +18,7 @@ from .errors import BudgetError, InvalidArgumentError
 __all__ = ["Trial", "same_bits", "side_by_side", "trial"]
 
 #: Default budget: persistent bytes plus this fraction of the original's
-#: activation peak.
+#: tensor activation peak, plus the largest kernel scratch of one op.
 DEFAULT_FRACTION = 0.7
 
 
@@ -30,8 +30,13 @@ class Trial:
         plan: the plan that was applied (``plan.budget`` includes persistent bytes).
         inserted: swap-out, swap-in and clone nodes written into the graph.
         activation_budget: the budget less the persistent bytes: what the device's
-            activations may use (variables are not counted by the measurement).
-        predicted_peak: the plan's predicted activation peak (persistent bytes excluded).
+            activations and kernel scratch may use (variables are not counted by the
+            measurement).
+        predicted_peak: the plan's predicted activation peak, kernel scratch included
+            (persistent bytes excluded): compared with the measured total peak.
+        workspace: the workspace rule the plan was made with (``"cpu-eigen:..."`` when
+            TensorFlow runs its own CPU kernels, ``"cpu-onednn"``), and
+            predicted_scratch: the most scratch the model gives one op.
         original, planned: the two :class:`~hybridplan.measuring.Measurement` s.
         same_losses: every step's loss equal bit for bit.
         same_weights: every variable equal bit for bit after the steps.
@@ -48,6 +53,8 @@ class Trial:
     planned: Any
     same_losses: bool
     same_weights: bool
+    workspace: str = "none"
+    predicted_scratch: int = 0
     fraction: float | None = None
     note: str = ""
 
@@ -60,19 +67,21 @@ class Trial:
             f"Trial({self.plan.strategy!r}: losses and weights {same}; measured activation "
             f"peak {fmt_bytes(self.planned.device_peak)} "
             f"{'within' if self.within_budget else 'OVER'} the activation budget "
-            f"{fmt_bytes(self.activation_budget)} ({self.peak_ratio:.0%} of the original's "
-            f"{fmt_bytes(self.original.device_peak)}); step {o * 1e3:.1f} -> {n * 1e3:.1f} ms)"
+            f"{fmt_bytes(self.activation_budget)}; tensors {self.peak_ratio:.0%} of the original's "
+            f"{fmt_bytes(self.original.device_tensor_peak)}); step {o * 1e3:.1f} -> "
+            f"{n * 1e3:.1f} ms)"
         )
 
     @property
     def within_budget(self) -> bool:
-        """The measured device peak is within the activation budget."""
+        """The measured device peak (tensors and scratch) is within the activation budget."""
         return self.planned.device_peak <= self.activation_budget
 
     @property
     def peak_ratio(self) -> float:
-        """Measured device peak, planned over original."""
-        return self.planned.device_peak / max(1, self.original.device_peak)
+        """Measured device peak of the tensors (scratch left out), planned over original:
+        what the plan changed (no plan changes a kernel's scratch)."""
+        return self.planned.device_tensor_peak / max(1, self.original.device_tensor_peak)
 
     @property
     def ok(self) -> bool:
@@ -92,9 +101,11 @@ def trial(
     """Traces ``workload`` (a :class:`hybridplan.models.Workload`), plans it for
     the ``cpu`` device model under ``budget`` (bytes or a string, persistent
     bytes included) or, when ``budget`` is None, under the persistent bytes
-    plus ``fraction`` of the original's activation peak; rewrites it for CPU
-    emulation and runs both steps ``steps`` times on the same batches, with Grappler as
-    TensorFlow sets it by default (see :func:`side_by_side`).
+    plus ``fraction`` of the original's tensor activation peak plus the largest
+    scratch one kernel takes (``Analysis.workspace_peak_bytes``: no plan removes it; 0
+    with oneDNN's kernels, docs/devices.md); rewrites it for CPU emulation and runs both
+    steps ``steps`` times on the same batches, with Grappler as TensorFlow sets it by
+    default (see :func:`side_by_side`).
 
     With neither ``budget`` nor ``fraction``, the fraction is 0.7, or, when no plan
     reaches 0.7 (a small model whose peak is mostly what no swap or recompute can
@@ -115,7 +126,12 @@ def trial(
         raise InvalidArgumentError(f"fraction must be in (0, 1], got {f}")
     steps = _args.count(steps, "steps", low=1, high=10**6)
     traced = workload.trace()
-    a = analyze(traced)
+    a = analyze(
+        traced,
+        workspace=plan_options.get("workspace", "auto"),
+        workspace_profile=plan_options.get("workspace_profile"),
+    )
+    scratch = a.workspace_peak_bytes  # no plan removes it
     note = ""
 
     def run(b: Any) -> Any:
@@ -133,25 +149,27 @@ def trial(
         r = run(budget)
         f = None
     else:
-        act = max(1, a.activation_peak_bytes)
-        asked = a.persistent_bytes + int(act * f)
+        act = max(1, a.tensor_peak_bytes - a.persistent_bytes)
+        asked = a.persistent_bytes + scratch + int(act * f)
         r, reached = _smallest_reachable(run, asked)
         if reached != asked:
-            reach = (reached - a.persistent_bytes) / act
+            reach = (reached - a.persistent_bytes - scratch) / act
             if fraction is not None:
                 raise BudgetError(
-                    f"fraction={f:g} asks for {int(act * f)} bytes of activations, but the "
-                    f"smallest activation peak a {strategy} plan reaches is "
-                    f"{reached - a.persistent_bytes} bytes, {reach:.1%} of the original's "
-                    f"{act}: pass fraction={_ceil2(reach):g} or more, or omit it",
+                    f"fraction={f:g} asks for {int(act * f)} bytes of tensors (plus {scratch} "
+                    f"bytes of kernel scratch), but the smallest a {strategy} plan reaches is "
+                    f"{reached - a.persistent_bytes - scratch} bytes, {reach:.1%} of the "
+                    f"original's tensor peak {act}: pass fraction={_ceil2(reach):g} or more, "
+                    "or omit it",
                     asked,
                     reached,
                     strategy,
                 )
             f = reach
             note = (
-                f"no plan reaches {DEFAULT_FRACTION:.0%} of the original's activation peak; "
-                f"the budget is the smallest a plan reaches, {reach:.1%} of it"
+                f"no plan reaches {DEFAULT_FRACTION:.0%} of the original's tensor peak; "
+                f"the budget is the smallest a plan reaches, {reach:.1%} of it (plus the "
+                "largest kernel scratch)"
             )
     base, new = side_by_side(traced, r.graph_def, workload.batch, steps)
     return Trial(
@@ -163,6 +181,8 @@ def trial(
         planned=new,
         same_losses=_equal(base.losses, new.losses),
         same_weights=_equal(base.weights, new.weights),
+        workspace=r.plan.report.get("workspace", "none"),
+        predicted_scratch=a.workspace_peak_bytes,
         fraction=f,
         note=note,
     )

@@ -53,6 +53,12 @@ pub struct BuildOptions {
     /// ([`crate::inplace`]). The exact formulation's memory model
     /// (`python/hybridplan/optimal.py`), which is never below the default's.
     pub separate_buffers: bool,
+    /// The kernels' scratch: which backend runs the step
+    /// ([`crate::workspace`]).
+    pub workspace: crate::workspace::WorkspaceRule,
+    /// Measured scratch bytes by node name (a profile's), replacing the
+    /// rule's for those nodes.
+    pub workspace_profile: Vec<(String, u64)>,
 }
 
 /// Turns decoded `NodeDef`s into node specs: output count and shapes from
@@ -323,20 +329,32 @@ pub(crate) fn finish(
 ) -> Result<()> {
     add_consumers(g);
     let variables = set_flags_and_aliases(g)?;
-    crate::phase::classify(g, opts.loss.as_deref(), lookup)?;
+    crate::phase::classify(g, opts.loss.as_deref(), &lookup)?;
     crate::untimed::mark(g);
     g.persistent_bytes = match opts.persistent_bytes {
         Some(b) => b,
         None => persistent_bytes(g, &variables),
     };
     g.separate_buffers = opts.separate_buffers;
-    check_total_bytes(g)
+    let mut overrides = Vec::with_capacity(opts.workspace_profile.len());
+    for (name, bytes) in &opts.workspace_profile {
+        let v = lookup(g, name).ok_or_else(|| {
+            PlanError::InvalidArgument(format!(
+                "the workspace profile names node '{name}', which is not in the graph: profile the same graph you plan"
+            ))
+        })?;
+        overrides.push((v, *bytes));
+    }
+    g.workspace = crate::workspace::table(g, opts.workspace, &overrides);
+    check_total_bytes(g)?;
+    Ok(())
 }
 
-/// Refuses a graph whose tensors and persistent bytes together pass 2^63
-/// bytes. Each size fits 64 bits (checked as it is read), but a peak is a
-/// sum of them, and a plan's peak at most twice the graph's total (a clone
-/// or swap-in holds a second copy of one original): below 2^63 no peak of
+/// Refuses a graph whose tensors, persistent bytes and largest per-op
+/// scratch together pass 2^63 bytes. Each size fits 64 bits (checked as it
+/// is read), but a peak is a sum of them, and a plan's peak at most twice
+/// the graph's tensors plus the variables and one op's scratch (a clone or
+/// swap-in holds a second copy of one original): below 2^63 no peak of
 /// any plan can pass 2^64, so no timeline saturates and a budget of
 /// `u64::MAX` never "fits" an impossible step.
 ///
@@ -344,12 +362,14 @@ pub(crate) fn finish(
 /// O(T).
 fn check_total_bytes(g: &Graph) -> Result<()> {
     let tensors: u128 = g.tensors.iter().map(|t| u128::from(t.value_bytes)).sum();
-    let total = tensors + u128::from(g.persistent_bytes);
+    let scratch = u128::from(g.workspace.iter().copied().max().unwrap_or(0));
+    let total = tensors + u128::from(g.persistent_bytes) + scratch;
     if total >= 1u128 << 63 {
         return Err(PlanError::InvalidGraph(format!(
-            "the step's tensors ({tensors} bytes) and variables ({} bytes) total {total} \
-             bytes, past the 2^63 bytes a peak can be counted in: check the shapes in the \
-             GraphDef (a dimension read wrongly?) or trace with a smaller batch",
+            "the step's tensors ({tensors} bytes), variables ({} bytes) and largest kernel \
+             scratch ({scratch} bytes) total {total} bytes, past the 2^63 bytes a peak can be \
+             counted in: check the shapes in the GraphDef (a dimension read wrongly?) and the \
+             workspace profile, or trace with a smaller batch",
             g.persistent_bytes
         )));
     }

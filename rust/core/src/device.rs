@@ -39,6 +39,8 @@
 //! | gh200-c2c | h2d / d2h | 375 / 297 GB/s | Schieffer et al., "Harnessing Integrated CPU-GPU System Memory for HPC: a first look into Grace Hopper", ICPP 2024 (NVLink-C2C, 450 GB/s per direction rated) |
 //! | gh200-c2c | duplex | 0.8 | assumption: the same paper reports 672 GB/s for both directions together against 900 GB/s rated; no concurrent figure |
 //! | all GPUs | launch overhead | 5 us | assumption: TensorFlow executor dispatch plus `cudaLaunchKernel`, typical order of magnitude |
+//! | all GPUs | kernels | `gpu` | cuDNN convolutions: scratch by `TF_CUDNN_WORKSPACE_LIMIT_IN_MB` (`crate::workspace`) |
+//! | cpu | kernels | `cpu` | TensorFlow's CPU kernels, oneDNN on or off as the running TensorFlow decides |
 //! | all GPUs | link latency | 10 us (2 us on C2C) | assumption: `cudaMemcpyAsync` setup of a copy-engine transfer, typical order of magnitude |
 //! | cpu | f32 / f16 / f64 / int32 | 150 / 83 / 30 / 19 G/s | measured here: TensorFlow 2.21 `MatMul` 2048x2048 (int32 1024x1024), 2 threads, best of 3 (`bfloat16` 83, `float16` 135: the lower taken) |
 //! | cpu | memory bandwidth | 13 GB/s | measured here: numpy `copyto` of 64 MiB, read + write bytes per second (an `Add` gives the same) |
@@ -88,6 +90,18 @@ pub struct DeviceModel {
     /// Fraction of its own bandwidth each direction keeps while the other
     /// direction also moves data (1.0: full duplex).
     pub duplex_factor: f64,
+    /// Which kernels run the step, and so the scratch each op holds
+    /// ([`crate::workspace`]): `"cpu"` (TensorFlow's CPU kernels as the
+    /// running TensorFlow picks them, oneDNN on or off: the Python side asks
+    /// it), `"gpu"` (cuDNN, with `TF_CUDNN_WORKSPACE_LIMIT_IN_MB` where set),
+    /// or a workspace rule by name ([`crate::workspace::WorkspaceRule::parse`]).
+    /// Optional in JSON: `"gpu"`.
+    #[serde(default = "gpu_kernels")]
+    pub kernels: String,
+}
+
+fn gpu_kernels() -> String {
+    "gpu".into()
 }
 
 /// Least rate (operations or bytes per second) a device model may give.
@@ -160,6 +174,7 @@ fn gpu(name: &str, flops: [f64; 4], mem_bandwidth: f64, gib: u64) -> DeviceModel
         d2h_bandwidth: 0.0,
         link_latency_s: 0.0,
         duplex_factor: 1.0,
+        kernels: gpu_kernels(),
     }
 }
 
@@ -177,6 +192,7 @@ fn cpu() -> DeviceModel {
         d2h_bandwidth: 6.8 * GB,
         link_latency_s: 1e-6,
         duplex_factor: 0.54,
+        kernels: "cpu".into(),
     }
 }
 
@@ -239,6 +255,15 @@ impl DeviceModel {
         if !((MIN_DUPLEX..=1.0).contains(&d)) {
             return Err(self.bad("duplex_factor", d, "a fraction in [0.01, 1]"));
         }
+        if !matches!(self.kernels.as_str(), "cpu" | "gpu") {
+            crate::workspace::WorkspaceRule::parse(&self.kernels).map_err(|e| {
+                PlanError::InvalidArgument(format!(
+                    "device model '{}': field kernels is '{}', it must be 'cpu', 'gpu' or a \
+                     workspace rule ({e})",
+                    self.name, self.kernels
+                ))
+            })?;
+        }
         Ok(())
     }
 
@@ -252,7 +277,7 @@ impl DeviceModel {
 }
 
 /// Reads a user-defined model from a JSON object with every field of
-/// [`DeviceModel`], and validates it.
+/// [`DeviceModel`] (`kernels` optional), and validates it.
 ///
 /// # Errors
 /// [`PlanError::InvalidArgument`] naming a missing, unknown or ill-typed
@@ -276,7 +301,8 @@ pub fn from_json(text: &str) -> Result<DeviceModel> {
     Ok(d)
 }
 
-/// The fields of a device model, in declaration order.
+/// The required fields of a device model, in declaration order (the
+/// optional `kernels` follows them).
 pub const FIELDS: [&str; 12] = [
     "name",
     "flops_f32",
@@ -303,6 +329,7 @@ mod tests {
             d.validate().unwrap();
             assert_eq!(&d.name, n);
             assert!(d.h2d_bandwidth < d.mem_bandwidth);
+            assert_eq!(d.kernels, if *n == "cpu" { "cpu" } else { "gpu" });
         }
     }
 
@@ -340,6 +367,13 @@ mod tests {
             .to_string()
             .contains("duplex_factor"));
         v["duplex_factor"] = 1.0.into();
+        v["kernels"] = "tpu".into();
+        let e = from_json(&v.to_string()).unwrap_err().to_string();
+        assert!(e.contains("kernels") && e.contains("'tpu'"), "{e}");
+        v["kernels"] = "cpu-eigen:2".into();
+        assert_eq!(from_json(&v.to_string()).unwrap().kernels, "cpu-eigen:2");
+        v.as_object_mut().unwrap().remove("kernels");
+        assert_eq!(from_json(&v.to_string()).unwrap().kernels, "gpu");
         v["extra"] = 1.into();
         assert!(from_json(&v.to_string())
             .unwrap_err()

@@ -336,9 +336,18 @@ pub struct Graph {
     /// No in-place forwarding: every output in a buffer of its own
     /// ([`crate::build::BuildOptions::separate_buffers`]).
     pub separate_buffers: bool,
+    /// Scratch bytes each node holds while it runs, on top of its inputs
+    /// and outputs ([`crate::workspace`]); empty when no node has any.
+    pub workspace: Vec<u64>,
 }
 
 impl Graph {
+    /// Scratch bytes node `v` holds while it runs (0 without workspace).
+    #[inline]
+    pub fn workspace_of(&self, v: u32) -> u64 {
+        self.workspace.get(v as usize).copied().unwrap_or(0)
+    }
+
     pub fn num_nodes(&self) -> usize {
         self.nodes.len()
     }

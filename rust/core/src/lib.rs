@@ -12,7 +12,7 @@
 //! | build | [`build`] | node records or flat specs -> [`graph::Graph`], op facts from [`opkind`] |
 //! | phases | [`phase`] | forward / backward / update from the loss |
 //! | schedule | [`schedule`] | deterministic topological order |
-//! | liveness | [`liveness`], [`inplace`] | live intervals, memory timeline, peak; outputs written into their input's buffer |
+//! | liveness | [`liveness`], [`inplace`], [`workspace`] | live intervals, memory timeline, peak; outputs written into their input's buffer; the kernels' scratch |
 //! | device | [`device`] | device and host-link models, named presets |
 //! | cost | [`cost`] | op times: roofline from FLOPs and bytes, or a measured profile |
 //! | simulate | [`simulate`] | compute + D2H + H2D streams: step time, stall, peak, timeline |
@@ -52,6 +52,7 @@ pub mod simulate;
 pub mod synth;
 pub mod untimed;
 pub(crate) mod wire;
+pub mod workspace;
 
 pub use error::{PlanError, Result};
 

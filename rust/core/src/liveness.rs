@@ -8,7 +8,8 @@
 //! buffer, see `inplace`). A tensor nobody reads lives while its producer
 //! runs. `timeline[p]` is the persistent bytes
 //! plus every buffer live while the op at position `p` runs (its inputs and
-//! its outputs together).
+//! its outputs together) plus that op's kernel scratch
+//! ([`crate::workspace`], `Graph::workspace`), held only while it runs.
 //!
 //! # Complexity
 //! O(N + T + E) time and O(T + N) memory.
@@ -77,7 +78,7 @@ pub fn liveness(g: &Graph, s: &Schedule) -> Liveness {
         }
     }
     let (written_into, buffer_end) = forward_in_place(g, s, &owner, &last_use);
-    let timeline = memory_timeline(g, &written_into, &produce, &buffer_end, s.order.len());
+    let timeline = memory_timeline(g, s, &written_into, &produce, &buffer_end, true);
     let (peak_pos, peak_bytes) =
         timeline
             .iter()
@@ -182,18 +183,28 @@ fn resolve_owner(g: &Graph, owner: &mut [u32], path: &mut Vec<u32>, t: u32) {
 /// is exact and clamped to `0..=u64::MAX`.
 pub(crate) fn memory_timeline(
     g: &Graph,
+    s: &Schedule,
     written_into: &[u32],
     produce: &[u32],
     last_use: &[u32],
-    len: usize,
+    with_workspace: bool,
 ) -> Vec<u64> {
-    // (first position, position after the last use, bytes) of every buffer.
+    let len = s.order.len();
+    let ws: &[u64] = if with_workspace { &g.workspace } else { &[] };
+    // (first position, position after the last use, bytes) of every buffer,
+    // then each op's scratch over its own position.
     let spans = g
         .tensors
         .iter()
         .enumerate()
         .filter(|&(t, tt)| tt.bytes > 0 && written_into[t] == NONE)
-        .map(|(t, tt)| (produce[t] as usize, last_use[t] as usize + 1, tt.bytes));
+        .map(|(t, tt)| (produce[t] as usize, last_use[t] as usize + 1, tt.bytes))
+        .chain(
+            ws.iter()
+                .enumerate()
+                .filter(|&(_, &b)| b > 0)
+                .map(|(v, &b)| (s.pos[v] as usize, s.pos[v] as usize + 1, b)),
+        );
     let Some(delta) = deltas_i64(spans.clone(), len) else {
         return memory_timeline_wide(g, spans, len);
     };
@@ -243,6 +254,25 @@ fn memory_timeline_wide(
 }
 
 impl Liveness {
+    /// The peak of the tensors alone: the timeline without the kernels'
+    /// scratch (persistent bytes included). O(N + T).
+    pub fn tensor_peak_bytes(&self, g: &Graph, s: &Schedule) -> u64 {
+        if g.workspace.is_empty() {
+            return self.peak_bytes;
+        }
+        memory_timeline(
+            g,
+            s,
+            &self.written_into,
+            &self.produce,
+            &self.buffer_end,
+            false,
+        )
+        .into_iter()
+        .max()
+        .unwrap_or(0)
+    }
+
     /// The `k` largest tensors live at the peak, largest first (ties by id).
     ///
     /// # Complexity
@@ -280,7 +310,10 @@ mod tests {
     use crate::dtype::DType;
     use crate::graphdef::Shape;
 
-    fn timelines(dims: Vec<i64>) -> (Vec<u64>, Vec<u64>) {
+    /// The narrow and wide timelines of a -> b -> c (c reads a and b), each
+    /// output a float tensor of `dims`, or of `bytes` each when given (set
+    /// after the build, which refuses a step of 2^63 bytes or more).
+    fn timelines(dims: Vec<i64>, bytes: Option<u64>) -> (Vec<u64>, Vec<u64>) {
         let out = || {
             vec![OutSpec {
                 dtype: Some(DType::FLOAT),
@@ -300,7 +333,13 @@ mod tests {
             node("b", vec!["a"]),
             node("c", vec!["a", "b"]),
         ];
-        let g = build(&specs, &BuildOptions::default()).unwrap();
+        let mut g = build(&specs, &BuildOptions::default()).unwrap();
+        if let Some(b) = bytes {
+            for t in &mut g.tensors {
+                t.bytes = b;
+                t.value_bytes = b;
+            }
+        }
         let s = crate::schedule::schedule(&g).unwrap();
         let l = liveness(&g, &s);
         let n = s.order.len();
@@ -319,11 +358,16 @@ mod tests {
 
     #[test]
     fn narrow_and_wide_sums_agree() {
-        let (narrow, wide) = timelines(vec![3, 5]);
+        let (narrow, wide) = timelines(vec![3, 5], None);
         assert_eq!(narrow, wide);
         assert_eq!(narrow, vec![60, 120, 180]);
+        // 2^63 bytes each (set after the build, which refuses them), past i64,
+        // and sums past u64 (clamped): the wide sum.
+        let (huge, wide) = timelines(vec![3, 5], Some(1 << 63));
+        assert_eq!(huge, wide);
+        assert_eq!(huge[2], u64::MAX);
         // 2^59 floats: 2^61 bytes each, three live at once: 1.5 x 2^62.
-        let (huge, wide) = timelines(vec![1 << 59]);
+        let (huge, wide) = timelines(vec![1 << 59], None);
         assert_eq!(huge, wide);
         assert_eq!(huge[2], 3 << 61);
         // 2^61 floats (2^63 bytes each): the builder refuses the graph before

@@ -158,6 +158,27 @@ pub fn pairs_with_producer(reader: &str, producer: &str) -> bool {
     pool || (producer == "LRN" && reader == "LRNGrad")
 }
 
+/// Convolutions and their gradients: the ops a GPU runs with cuDNN, which
+/// takes a workspace of its own (see `workspace.rs`).
+pub fn is_convolution(op: &str) -> bool {
+    matches!(
+        op,
+        "Conv2D"
+            | "Conv2DBackpropInput"
+            | "Conv2DBackpropInputV2"
+            | "Conv2DBackpropFilter"
+            | "Conv2DBackpropFilterV2"
+            | "Conv3D"
+            | "Conv3DBackpropInputV2"
+            | "Conv3DBackpropFilterV2"
+            | "_FusedConv2D"
+            | "DepthwiseConv2dNative"
+            | "DepthwiseConv2dNativeBackpropInput"
+            | "DepthwiseConv2dNativeBackpropFilter"
+            | "Conv"
+    )
+}
+
 /// Checkpoint ops: the expensive, parameterised ops that head a recompute
 /// unit (see `partition.rs`).
 pub fn is_checkpoint(op: &str) -> bool {

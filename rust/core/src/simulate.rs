@@ -34,7 +34,9 @@
 //! writes its output in place ([`crate::inplace`]) allocates nothing when it
 //! is the last reader of its input's buffer (clones and swap-in copies
 //! count as readers and buffers alike) and the plan swaps nothing out of
-//! that buffer; the buffer then lives until the output's last reader. At equal times,
+//! that buffer; the buffer then lives until the output's last reader. An
+//! op's kernel scratch (`Graph::workspace`, [`crate::workspace`]), a clone's
+//! as its original's, is taken when it starts and returned when it ends. At equal times,
 //! the events of compute item `p` order as: link events up to `p`'s start,
 //! `p`'s allocations, link events up to its end, its frees; link events at
 //! one instant come after the frees of items that ended then and before the
@@ -887,9 +889,12 @@ impl Sim<'_> {
                 }
                 _ => made,
             };
-            m.apply(self.start[p], made);
+            // The kernel's scratch (an original's or its clone's) is held
+            // from the item's start to its end.
+            let ws = i128::from(self.g.workspace_of(self.p.item_node[p]));
+            m.apply(self.start[p], made + ws);
             flush(&mut m, ev, &mut li, |t| t < self.end[p]);
-            m.apply(self.end[p], -out.into());
+            m.apply(self.end[p], -(out.into() + ws));
         }
         flush(&mut m, ev, &mut li, |_| true);
         m

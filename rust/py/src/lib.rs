@@ -13,6 +13,7 @@ use hybridplan_core::plan::planner::PlanOptions;
 use hybridplan_core::plan::select::Selection;
 use hybridplan_core::plan::tflms::TflmsParams;
 use hybridplan_core::simulate::{EventKind, SimEvent};
+use hybridplan_core::workspace::WorkspaceRule;
 use numpy::{IntoPyArray, PyArray1};
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
@@ -45,6 +46,20 @@ impl CoreAnalysis {
     #[getter]
     fn peak_bytes(&self) -> u64 {
         self.inner.liveness.peak_bytes
+    }
+    /// Scratch bytes of every node while it runs (the workspace rule's).
+    #[getter]
+    fn workspace<'py>(&self, py: Python<'py>) -> Bound<'py, PyArray1<u64>> {
+        let g = &self.inner.graph;
+        (0..g.num_nodes() as u32)
+            .map(|v| g.workspace_of(v))
+            .collect::<Vec<u64>>()
+            .into_pyarray(py)
+    }
+    #[getter]
+    fn tensor_peak_bytes(&self) -> u64 {
+        let a = &self.inner;
+        a.liveness.tensor_peak_bytes(&a.graph, &a.schedule)
     }
     #[getter]
     fn peak_position(&self) -> u32 {
@@ -104,21 +119,47 @@ impl CoreAnalysis {
     }
 }
 
+/// The build options of every entry point: `workspace` names the kernels'
+/// scratch rule (`core::workspace::WorkspaceRule::parse`; none when absent).
+fn build_options(
+    loss: Option<String>,
+    persistent_bytes: Option<u64>,
+    separate_buffers: bool,
+    workspace: Option<&str>,
+    workspace_profile: Option<Vec<(String, u64)>>,
+) -> core::Result<BuildOptions> {
+    Ok(BuildOptions {
+        loss,
+        persistent_bytes,
+        separate_buffers,
+        workspace: match workspace {
+            Some(w) => WorkspaceRule::parse(w)?,
+            None => WorkspaceRule::None,
+        },
+        workspace_profile: workspace_profile.unwrap_or_default(),
+    })
+}
+
 /// Decodes a serialized GraphDef and analyses it.
 #[pyfunction]
-#[pyo3(signature = (data, loss=None, persistent_bytes=None, separate_buffers=false))]
+#[pyo3(signature = (data, loss=None, persistent_bytes=None, separate_buffers=false, workspace=None, workspace_profile=None))]
 fn analyze(
     py: Python<'_>,
     data: &[u8],
     loss: Option<String>,
     persistent_bytes: Option<u64>,
     separate_buffers: bool,
+    workspace: Option<String>,
+    workspace_profile: Option<Vec<(String, u64)>>,
 ) -> PyResult<CoreAnalysis> {
-    let opts = BuildOptions {
+    let opts = build_options(
         loss,
         persistent_bytes,
         separate_buffers,
-    };
+        workspace.as_deref(),
+        workspace_profile,
+    )
+    .map_err(|e| errors::to_py(py, e))?;
     let inner = run(py, move || core::analyze(data, &opts))?;
     Ok(CoreAnalysis { inner })
 }
@@ -193,7 +234,7 @@ fn split_timeline(tl: &[(f64, u64)]) -> (Vec<f64>, Vec<u64>) {
 
 /// Plans a serialized GraphDef under a budget.
 #[pyfunction]
-#[pyo3(signature = (data, budget, strategy="hybrid", device="v100-nvlink2", device_json=None, loss=None, persistent_bytes=None, min_bytes=65536, profile=None, tflms=None, select=None, separate_buffers=false, host_budget=None))]
+#[pyo3(signature = (data, budget, strategy="hybrid", device="v100-nvlink2", device_json=None, loss=None, persistent_bytes=None, min_bytes=65536, profile=None, tflms=None, select=None, separate_buffers=false, workspace=None, workspace_profile=None, host_budget=None))]
 #[allow(clippy::too_many_arguments)]
 fn plan(
     py: Python<'_>,
@@ -209,13 +250,18 @@ fn plan(
     tflms: Option<(u32, u32, u32)>,
     select: Option<[Vec<String>; 4]>,
     separate_buffers: bool,
+    workspace: Option<String>,
+    workspace_profile: Option<Vec<(String, u64)>>,
     host_budget: Option<u64>,
 ) -> PyResult<CorePlan> {
-    let build = BuildOptions {
+    let build = build_options(
         loss,
         persistent_bytes,
         separate_buffers,
-    };
+        workspace.as_deref(),
+        workspace_profile,
+    )
+    .map_err(|e| errors::to_py(py, e))?;
     let strategy = strategy.to_string();
     let device = device.to_string();
     let profile = profile.unwrap_or_default();
@@ -312,7 +358,7 @@ fn json_error(e: serde_json::Error) -> core::PlanError {
 
 /// The planning problem of a serialized GraphDef as JSON (`core::export::problem`).
 #[pyfunction]
-#[pyo3(signature = (data, device="v100-nvlink2", device_json=None, loss=None, persistent_bytes=None, min_bytes=65536, profile=None, separate_buffers=false))]
+#[pyo3(signature = (data, device="v100-nvlink2", device_json=None, loss=None, persistent_bytes=None, min_bytes=65536, profile=None, separate_buffers=false, workspace=None, workspace_profile=None))]
 #[allow(clippy::too_many_arguments)]
 fn export_problem(
     py: Python<'_>,
@@ -324,12 +370,17 @@ fn export_problem(
     min_bytes: u64,
     profile: Option<Vec<(u32, f64)>>,
     separate_buffers: bool,
+    workspace: Option<String>,
+    workspace_profile: Option<Vec<(String, u64)>>,
 ) -> PyResult<String> {
-    let build = BuildOptions {
+    let build = build_options(
         loss,
         persistent_bytes,
         separate_buffers,
-    };
+        workspace.as_deref(),
+        workspace_profile,
+    )
+    .map_err(|e| errors::to_py(py, e))?;
     let device = device.to_string();
     let profile = profile.unwrap_or_default();
     run(py, move || {
@@ -343,7 +394,7 @@ fn export_problem(
 /// Simulates a plan given as JSON (the core's plan format) and reports it
 /// as a plan of `strategy` under `budget` (`core::export::evaluate`).
 #[pyfunction]
-#[pyo3(signature = (data, plan_json, budget, strategy, device="v100-nvlink2", device_json=None, loss=None, persistent_bytes=None, profile=None, separate_buffers=false))]
+#[pyo3(signature = (data, plan_json, budget, strategy, device="v100-nvlink2", device_json=None, loss=None, persistent_bytes=None, profile=None, separate_buffers=false, workspace=None, workspace_profile=None))]
 #[allow(clippy::too_many_arguments)]
 fn simulate_plan(
     py: Python<'_>,
@@ -357,12 +408,17 @@ fn simulate_plan(
     persistent_bytes: Option<u64>,
     profile: Option<Vec<(u32, f64)>>,
     separate_buffers: bool,
+    workspace: Option<String>,
+    workspace_profile: Option<Vec<(String, u64)>>,
 ) -> PyResult<CorePlan> {
-    let build = BuildOptions {
+    let build = build_options(
         loss,
         persistent_bytes,
         separate_buffers,
-    };
+        workspace.as_deref(),
+        workspace_profile,
+    )
+    .map_err(|e| errors::to_py(py, e))?;
     let (device, strategy) = (device.to_string(), strategy.to_string());
     let plan_json = plan_json.to_string();
     let profile = profile.unwrap_or_default();
@@ -385,7 +441,7 @@ fn simulate_plan(
 /// The replay program of a plan, given as its report JSON, as JSON
 /// (`core::replay::replay_json`).
 #[pyfunction]
-#[pyo3(signature = (data, report_json, device="v100-nvlink2", device_json=None, loss=None, persistent_bytes=None, profile=None, separate_buffers=false))]
+#[pyo3(signature = (data, report_json, device="v100-nvlink2", device_json=None, loss=None, persistent_bytes=None, profile=None, separate_buffers=false, workspace=None, workspace_profile=None))]
 #[allow(clippy::too_many_arguments)]
 fn replay(
     py: Python<'_>,
@@ -397,12 +453,17 @@ fn replay(
     persistent_bytes: Option<u64>,
     profile: Option<Vec<(u32, f64)>>,
     separate_buffers: bool,
+    workspace: Option<String>,
+    workspace_profile: Option<Vec<(String, u64)>>,
 ) -> PyResult<String> {
-    let build = BuildOptions {
+    let build = build_options(
         loss,
         persistent_bytes,
         separate_buffers,
-    };
+        workspace.as_deref(),
+        workspace_profile,
+    )
+    .map_err(|e| errors::to_py(py, e))?;
     let device = device.to_string();
     let report_json = report_json.to_string();
     let profile = profile.unwrap_or_default();
