@@ -295,23 +295,35 @@ def _attr_value(node: Any, op_def: Any, name: str) -> Any:
 
 def _output_dtypes(node: Any) -> list[int]:
     """The ``DataType`` enum of every output of ``node``, from its registered OpDef."""
-    from tensorflow.python.framework import op_def_registry
-
-    op_def = op_def_registry.get(node.op)
+    op = node.op
+    op_def, outputs = _outputs_of(op)
     if op_def is None:
         raise UnsupportedGraphError(
-            f"node {node.name!r} has op {node.op!r}, unknown to this TensorFlow; load the "
+            f"node {node.name!r} has op {op!r}, unknown to this TensorFlow; load the "
             "library that registers it before rewriting"
         )
     out: list[int] = []
-    for arg in op_def.output_arg:
-        if arg.type_list_attr:
-            out.extend(_attr_value(node, op_def, arg.type_list_attr).list.type)
+    for type_list_attr, fixed, type_attr, number_attr in outputs:
+        if type_list_attr:
+            out.extend(_attr_value(node, op_def, type_list_attr).list.type)
             continue
-        dtype = arg.type or _attr_value(node, op_def, arg.type_attr).type
-        count = _attr_value(node, op_def, arg.number_attr).i if arg.number_attr else 1
+        dtype = fixed or _attr_value(node, op_def, type_attr).type
+        count = _attr_value(node, op_def, number_attr).i if number_attr else 1
         out.extend([dtype] * count)
     return out
+
+
+@functools.cache
+def _outputs_of(op: str) -> tuple[Any, tuple[tuple[str, int, str, str], ...]]:
+    """``op``'s OpDef (None when unknown) and, per output argument, its
+    ``(type_list_attr, type, type_attr, number_attr)``: read once per op."""
+    from tensorflow.python.framework import op_def_registry
+
+    op_def = op_def_registry.get(op)
+    if op_def is None:
+        return None, ()
+    args = tuple((a.type_list_attr, a.type, a.type_attr, a.number_attr) for a in op_def.output_arg)
+    return op_def, args
 
 
 #: Producers whose outputs clones read directly, not through a gate (see ``gated``).
@@ -402,6 +414,7 @@ class _Writer:
         # Original node index -> its inputs before the rewrite first changed them.
         self.original_inputs: dict[int, list[str]] = {}
         self._dtypes: dict[int, list[int]] = {}
+        self._shapes: dict[int, Any] = {}
         self.spec, self.device, self.host, self.prefix = spec, device, host, prefix
         self.swap_out: list[str] = []
         self.swap_in: list[str] = []
@@ -485,8 +498,9 @@ class _Writer:
         k = int(swap.get("output", 0))
         after = self.index(swap.get("after", p), f"swaps[{i}].after")
         dtype = self.swappable_dtype(i, p, k)
-        source = _tensor(self.name(p), k)
-        out_name = f"{self.prefix}/swap_out/{i}/{self.name(p)}"
+        producer = self.name(p)
+        source = _tensor(producer, k)
+        out_name = f"{self.prefix}/swap_out/{i}/{producer}"
         control = [self.name(after)] if after != p else []
         self.add_copy(out_name, self.spec.swap_out_op, self.host, source, control, (p, k, dtype))
         self.swap_out.append(out_name)
@@ -501,7 +515,7 @@ class _Writer:
             readers = [*entry.get("consumers", ()), *entry.get("clone_consumers", ())]
             siblings = self.siblings(readers, {source}.__contains__, where)
             tag = f"{self.prefix}/swap_in/{i}_{j}"
-            in_name = _ranked(self.name(p), [_tensor("", k)], siblings, tag)
+            in_name = _ranked(producer, [_tensor("", k)], siblings, tag)
             op = self.spec.swap_in_op
             self.add_copy(in_name, op, self.device, out_name, [trigger], (p, k, dtype))
             self.swap_in.append(in_name)
@@ -565,10 +579,19 @@ class _Writer:
         node.input.extend(f"^{c}" for c in control)
         node.attr["T"].type = dtype
         node.attr[DO_NOT_REMOVE].b = True
-        shapes = self.nodes[p].attr.get("_output_shapes")
-        if shapes is not None and k < len(shapes.list.shape):
-            node.attr["_output_shapes"].list.shape.add().CopyFrom(shapes.list.shape[k])
+        shapes = self.output_shapes(p)
+        if k < len(shapes):
+            node.attr["_output_shapes"].list.shape.add().CopyFrom(shapes[k])
         return node
+
+    def output_shapes(self, p: int) -> Any:
+        """Original node ``p``'s ``_output_shapes`` entries (empty when it has none),
+        looked up once: a swap's two copies and a recompute's gates read them."""
+        out = self._shapes.get(p)
+        if out is None:
+            shapes = self.nodes[p].attr.get("_output_shapes")
+            out = self._shapes[p] = () if shapes is None else shapes.list.shape
+        return out
 
     # ------------------------------------------------------------------ rewiring
 
