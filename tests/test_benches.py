@@ -12,6 +12,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -46,6 +47,28 @@ def test_e2e_quick(tmp_path):
     assert row["nodes"] > 9000
     assert row["planned_peak"] <= row["budget"]
     assert set(row["median"]) >= {"generate", "parse", "serialise", "core", "write_back"}
+
+
+@needs_tf
+@pytest.mark.parametrize("writer", ["current", "reference"])
+def test_apply_once_small(writer):
+    """benches/apply_once.py on 10^4 nodes: both writers give the same graph size."""
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
+    args = ["--nodes", "10000", "--kind", "narrow", "--writer", writer]
+    proc = subprocess.run(
+        [sys.executable, str(BENCHES / "apply_once.py"), *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    m = re.search(
+        rf"{writer} narrow 10000: swaps (\d+) recomputes 0, nodes after (\d+)", proc.stdout
+    )
+    assert m, proc.stdout
+    swaps, after = int(m[1]), int(m[2])
+    assert swaps > 500 and after > 10_000 + 2 * swaps  # a swap-out and a swap-in each
 
 
 @needs_tf

@@ -76,20 +76,21 @@ def apply(
         profile=profile,
         **plan_options,
     )
-    source = graph_pb2.GraphDef.FromString(data)
     report = dict(p.report)
     if p.is_empty:
         report["inserted"] = {"swap_out": 0, "swap_in": 0, "clones": 0}
         report["note"] = "the step already fits the budget: nothing to plan, graph unchanged"
-        return Result(source, p, report, None)
-    out = rewrite_plan(source, p, target)
+        return Result(graph_pb2.GraphDef.FromString(data), p, report, None)
+    # The bytes go to the rewrite, which parses them once and edits that copy: no other
+    # parsed copy of the graph is made (at 10^6 nodes each costs about a GiB).
+    out = rewrite_plan(data, p, target)
     report["inserted"] = out.summary.counts
     return Result(out.graph_def, p, report, out.summary)
 
 
 def rewrite_plan(source: Any, p: Plan, target: str = "gpu") -> Any:
     """Writes the planner's plan ``p`` into a copy of ``source`` (the GraphDef it was
-    planned from): :func:`hybridplan.rewriting.rewrite_with_summary`.
+    planned from, or its serialized bytes): :func:`hybridplan.rewriting.rewrite_with_summary`.
 
     The core plans from the graph's structure and shapes, without TensorFlow's op
     registry; a graph TensorFlow itself would not import (a node without an
@@ -117,9 +118,14 @@ def rewrite_plan(source: Any, p: Plan, target: str = "gpu") -> Any:
 
 
 def tensorflow_rejects(graph_def: Any) -> str | None:
-    """TensorFlow's reason for refusing to import ``graph_def``, or None when it imports.
-    O(graph) in C++; called only on the error path."""
+    """TensorFlow's reason for refusing to import ``graph_def`` (a GraphDef or its
+    bytes), or None when it imports. O(graph) in C++; called only on the error path."""
     import tensorflow as tf
+
+    if isinstance(graph_def, (bytes, bytearray, memoryview)):
+        from tensorflow.core.framework import graph_pb2
+
+        graph_def = graph_pb2.GraphDef.FromString(bytes(graph_def))
 
     try:
         with tf.Graph().as_default():

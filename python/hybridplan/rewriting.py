@@ -82,13 +82,14 @@ Example::
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from . import _args
 from .errors import InvalidArgumentError, UnsupportedGraphError
-from .inlining import inlined
+from .inlining import inlined, maybe_inline
 
 __all__ = ["TARGETS", "RewriteSummary", "Rewritten", "Target", "rewrite", "rewrite_with_summary"]
 
@@ -209,8 +210,9 @@ def rewrite_with_summary(
     """Writes a swap / recompute plan into a copy of ``graph_def``.
 
     Args:
-        graph_def: the training step's ``GraphDef``; never modified. Its function
-            calls are inlined first, as the planner inlined them
+        graph_def: the training step's ``GraphDef``, or its serialized bytes (then the
+            result is the only parsed copy: what :func:`hybridplan.apply` passes); never
+            modified. Its function calls are inlined first, as the planner inlined them
             (:mod:`hybridplan.inlining`): the result is the inlined graph, rewritten.
         plan: ``{"swaps": [...], "recomputes": [...]}`` with GraphDef node indices
             (see the module docstring).
@@ -234,8 +236,8 @@ def rewrite_with_summary(
             resource / variant tensor (a handle, not a buffer).
 
     Complexity:
-        O(size of the GraphDef) in C++ for the copy, then O(plan size + inputs of the
-        touched nodes) in Python; no loop over all nodes.
+        O(size of the GraphDef) in C++ for the copy (or the parse of the bytes), then
+        O(plan size + inputs of the touched nodes) in Python; no loop over all nodes.
 
     Example::
 
@@ -243,16 +245,26 @@ def rewrite_with_summary(
     """
     if not isinstance(target, str) or target not in TARGETS:
         raise InvalidArgumentError(f"unknown target {target!r}; use one of {sorted(TARGETS)}")
-    if not (hasattr(graph_def, "node") and hasattr(graph_def, "SerializeToString")):
+    from tensorflow.core.framework import graph_pb2
+
+    is_bytes = isinstance(graph_def, (bytes, bytearray, memoryview))
+    if not is_bytes and not (
+        hasattr(graph_def, "node") and hasattr(graph_def, "SerializeToString")
+    ):
         raise InvalidArgumentError(
-            f"graph_def must be a tf GraphDef, got {type(graph_def).__name__} "
-            "(read bytes with GraphDef.FromString)"
+            f"graph_def must be a tf GraphDef or its serialized bytes, got "
+            f"{type(graph_def).__name__}"
         )
     _args.rewrite_spec(plan)
     spec = TARGETS[target]
     # A plan's node indices are those of the graph the planner read: calls inlined.
-    graph_def = inlined(graph_def)
-    writer = _Writer(graph_def, spec, device or spec.device, host or spec.host, prefix)
+    # The writer edits its own copy in place: one copy of the graph, or one parse.
+    if is_bytes:
+        origin = out = graph_pb2.GraphDef.FromString(maybe_inline(bytes(graph_def)))
+    else:
+        origin, out = inlined(graph_def), graph_pb2.GraphDef()
+        out.CopyFrom(origin)
+    writer = _Writer(out, origin, spec, device or spec.device, host or spec.host, prefix)
     for i, swap in enumerate(plan.get("swaps", ())):
         writer.swap(i, swap)
     for r, rec in enumerate(plan.get("recomputes", ())):
@@ -293,34 +305,47 @@ def _attr_value(node: Any, op_def: Any, name: str) -> Any:
 
 def _output_dtypes(node: Any) -> list[int]:
     """The ``DataType`` enum of every output of ``node``, from its registered OpDef."""
-    from tensorflow.python.framework import op_def_registry
-
-    op_def = op_def_registry.get(node.op)
+    op = node.op
+    op_def, outputs = _outputs_of(op)
     if op_def is None:
         raise UnsupportedGraphError(
-            f"node {node.name!r} has op {node.op!r}, unknown to this TensorFlow; load the "
+            f"node {node.name!r} has op {op!r}, unknown to this TensorFlow; load the "
             "library that registers it before rewriting"
         )
     out: list[int] = []
-    for arg in op_def.output_arg:
-        if arg.type_list_attr:
-            out.extend(_attr_value(node, op_def, arg.type_list_attr).list.type)
+    for type_list_attr, fixed, type_attr, number_attr in outputs:
+        if type_list_attr:
+            out.extend(_attr_value(node, op_def, type_list_attr).list.type)
             continue
-        dtype = arg.type or _attr_value(node, op_def, arg.type_attr).type
-        count = _attr_value(node, op_def, arg.number_attr).i if arg.number_attr else 1
+        dtype = fixed or _attr_value(node, op_def, type_attr).type
+        count = _attr_value(node, op_def, number_attr).i if number_attr else 1
         out.extend([dtype] * count)
     return out
+
+
+@functools.cache
+def _outputs_of(op: str) -> tuple[Any, tuple[tuple[str, int, str, str], ...]]:
+    """``op``'s OpDef (None when unknown) and, per output argument, its
+    ``(type_list_attr, type, type_attr, number_attr)``: read once per op."""
+    from tensorflow.python.framework import op_def_registry
+
+    op_def = op_def_registry.get(op)
+    if op_def is None:
+        return None, ()
+    args = tuple((a.type_list_attr, a.type, a.type_attr, a.number_attr) for a in op_def.output_arg)
+    return op_def, args
 
 
 #: Producers whose outputs clones read directly, not through a gate (see ``gated``).
 _UNGATED_OPS = frozenset({"Const", "HostConst", "ReadVariableOp"})
 
 
-def _readers(nodes: Any) -> dict[str, int]:
-    """Number of data inputs reading each tensor (``name`` or ``name:k``) among ``nodes``."""
+def _readers(inputs: Any) -> dict[str, int]:
+    """Number of data inputs reading each tensor (``name`` or ``name:k``) among the nodes
+    whose input lists ``inputs`` yields."""
     out: dict[str, int] = {}
-    for node in nodes:
-        for text in node.input:
+    for node_inputs in inputs:
+        for text in node_inputs:
             if not text.startswith("^"):
                 key = _tensor(*_parse_input(text))
                 out[key] = out.get(key, 0) + 1
@@ -333,6 +358,7 @@ def _readers(nodes: Any) -> dict[str, int]:
 _PADS = ("-", "--", "---", "9", "99", "999", "A", "AA")
 
 
+@functools.cache
 def _commutative(op: str) -> bool:
     """Whether ``op``'s OpDef is marked commutative (``AddN``, ``AddV2``, ``Mul``...):
     Grappler sorts such a node's data inputs by name (see ``_ranked``)."""
@@ -379,15 +405,26 @@ def _ranked(producer: str, targets: Sequence[str], siblings: Sequence[str], tag:
 
 
 class _Writer:
-    """Builds the rewritten copy; every method touches only the nodes the plan names."""
+    """Edits ``out`` (the writer's own copy of the graph) in place; every method touches
+    only the nodes the plan names.
 
-    def __init__(self, src: Any, spec: Target, device: str, host: str, prefix: str):
-        from tensorflow.core.framework import graph_pb2
+    Names, ops, attributes and devices of the original nodes are read from ``out``
+    (the rewrite changes an original node's device only where it had none, and then
+    to what a clone of it gets anyway); their data inputs, which the rewrite changes,
+    through ``inputs``, which remembers a node's inputs before its first change. A
+    clone copies its original from ``origin`` (the input graph when the writer was
+    given one, else ``out``), so that its attribute map is ordered as before."""
 
-        self.src = src
-        self.out = graph_pb2.GraphDef()
-        self.out.CopyFrom(src)
-        self.n = len(src.node)
+    def __init__(self, out: Any, origin: Any, spec: Target, device: str, host: str, prefix: str):
+        self.out = out
+        self.nodes = out.node
+        # Clones copy their original from here: the input graph, or ``out`` itself.
+        self.origin = origin.node
+        self.n = len(out.node)
+        # Original node index -> its inputs before the rewrite first changed them.
+        self.original_inputs: dict[int, list[str]] = {}
+        self._dtypes: dict[int, list[int]] = {}
+        self._shapes: dict[int, Any] = {}
         self.spec, self.device, self.host, self.prefix = spec, device, host, prefix
         self.swap_out: list[str] = []
         self.swap_in: list[str] = []
@@ -443,7 +480,26 @@ class _Writer:
         return value
 
     def name(self, i: int) -> str:
-        return self.src.node[i].name
+        return self.nodes[i].name
+
+    def inputs(self, i: int) -> Any:
+        """Original node ``i``'s inputs as in the input graph."""
+        saved = self.original_inputs.get(i)
+        return self.nodes[i].input if saved is None else saved
+
+    def changing(self, i: int) -> Any:
+        """Original node ``i``, about to be changed: its inputs are remembered first."""
+        node = self.nodes[i]
+        if i not in self.original_inputs:
+            self.original_inputs[i] = list(node.input)
+        return node
+
+    def dtypes(self, i: int) -> list[int]:
+        """``_output_dtypes`` of original node ``i``, computed once."""
+        out = self._dtypes.get(i)
+        if out is None:
+            out = self._dtypes[i] = _output_dtypes(self.nodes[i])
+        return out
 
     # ------------------------------------------------------------------ swaps
 
@@ -452,8 +508,9 @@ class _Writer:
         k = int(swap.get("output", 0))
         after = self.index(swap.get("after", p), f"swaps[{i}].after")
         dtype = self.swappable_dtype(i, p, k)
-        source = _tensor(self.name(p), k)
-        out_name = f"{self.prefix}/swap_out/{i}/{self.name(p)}"
+        producer = self.name(p)
+        source = _tensor(producer, k)
+        out_name = f"{self.prefix}/swap_out/{i}/{producer}"
         control = [self.name(after)] if after != p else []
         self.add_copy(out_name, self.spec.swap_out_op, self.host, source, control, (p, k, dtype))
         self.swap_out.append(out_name)
@@ -461,14 +518,14 @@ class _Writer:
         if release is not None:
             # The release node waits for the copy (plan/release.rs in the core).
             r = self.index(release, f"swaps[{i}].release")
-            self.out.node[r].input.append(f"^{out_name}")
+            self.changing(r).input.append(f"^{out_name}")
         for j, entry in enumerate(swap.get("ins", ())):
             where = f"swaps[{i}].ins[{j}]"
             trigger = self.name(self.index(entry["trigger"], f"{where}.trigger"))
             readers = [*entry.get("consumers", ()), *entry.get("clone_consumers", ())]
             siblings = self.siblings(readers, {source}.__contains__, where)
             tag = f"{self.prefix}/swap_in/{i}_{j}"
-            in_name = _ranked(self.name(p), [_tensor("", k)], siblings, tag)
+            in_name = _ranked(producer, [_tensor("", k)], siblings, tag)
             op = self.spec.swap_in_op
             self.add_copy(in_name, op, self.device, out_name, [trigger], (p, k, dtype))
             self.swap_in.append(in_name)
@@ -485,19 +542,19 @@ class _Writer:
         O(inputs of the readers)."""
         out: list[str] = []
         for c in readers:
-            node = self.src.node[self.index(c, where)]
-            if _commutative(node.op):
+            c = self.index(c, where)
+            if _commutative(self.nodes[c].op):
                 out.extend(
                     t
-                    for t in node.input
+                    for t in self.inputs(c)
                     if not t.startswith("^") and not skip(_tensor(*_parse_input(t)))
                 )
         return out
 
     def swappable_dtype(self, i: int, p: int, k: int) -> int:
         """The dtype of ``p:k``; raises when there is no such output or it is a handle."""
-        producer = self.src.node[p]
-        dtypes = _output_dtypes(producer)
+        producer = self.nodes[p]
+        dtypes = self.dtypes(p)
         if not 0 <= k < len(dtypes):
             raise InvalidArgumentError(
                 f"swaps[{i}]: node {producer.name!r} (op {producer.op}) has {len(dtypes)} "
@@ -532,16 +589,25 @@ class _Writer:
         node.input.extend(f"^{c}" for c in control)
         node.attr["T"].type = dtype
         node.attr[DO_NOT_REMOVE].b = True
-        shapes = self.src.node[p].attr.get("_output_shapes")
-        if shapes is not None and k < len(shapes.list.shape):
-            node.attr["_output_shapes"].list.shape.add().CopyFrom(shapes.list.shape[k])
+        shapes = self.output_shapes(p)
+        if k < len(shapes):
+            node.attr["_output_shapes"].list.shape.add().CopyFrom(shapes[k])
         return node
+
+    def output_shapes(self, p: int) -> Any:
+        """Original node ``p``'s ``_output_shapes`` entries (empty when it has none),
+        looked up once: a swap's two copies and a recompute's gates read them."""
+        out = self._shapes.get(p)
+        if out is None:
+            shapes = self.nodes[p].attr.get("_output_shapes")
+            out = self._shapes[p] = () if shapes is None else shapes.list.shape
+        return out
 
     # ------------------------------------------------------------------ rewiring
 
     def rewire(self, c: int, mapping: Mapping[str, str], where: str) -> None:
         """Points every data input of node ``c`` found in ``mapping`` at its replacement."""
-        node = self.out.node[c]
+        node = self.changing(c)
         hits = 0
         for slot, text in enumerate(node.input):
             if text.startswith("^"):
@@ -592,7 +658,7 @@ class _Writer:
         for v in nodes:
             self.add_clone(v, clone_name, clones, trigger, gates)
             original = self.name(v)
-            for k in range(len(_output_dtypes(self.src.node[v]))):
+            for k in range(len(self.dtypes(v))):
                 outputs[_tensor(original, k)] = _tensor(clone_name[original], k)
         for key in outputs:
             self.taker.setdefault(key, gates[0] if gates else clone_name[self.name(nodes[0])])
@@ -611,10 +677,10 @@ class _Writer:
         readers = [*nodes, *rec.get("consumers", ()), *rec.get("clone_consumers", ())]
         readers_of: dict[str, list[int]] = {}
         for c in readers:
-            node = self.src.node[self.index(c, where)]
-            if not _commutative(node.op):
+            c = self.index(c, where)
+            if not _commutative(self.nodes[c].op):
                 continue
-            for text in node.input:
+            for text in self.inputs(c):
                 name = _parse_input(text)[0]
                 if not text.startswith("^") and name in names:
                     readers_of.setdefault(name, []).append(c)
@@ -626,7 +692,7 @@ class _Writer:
             def own(text: str, original: str = original) -> bool:
                 return not text.startswith("^") and _parse_input(text)[0] == original
 
-            reads = (t for c in of for t in self.src.node[c].input if own(t))
+            reads = (t for c in of for t in self.inputs(c) if own(t))
             targets = sorted({_tensor("", _parse_input(t)[1]) for t in reads})
             siblings = self.siblings(sorted(set(of)), own, where)
             out[original] = _ranked(original, targets, siblings, f"{self.prefix}/recompute/{r}")
@@ -635,7 +701,7 @@ class _Writer:
     def check_clonable(self, v: int, where: str) -> None:
         from tensorflow.python.framework import op_def_registry
 
-        node = self.src.node[v]
+        node = self.nodes[v]
         op_def = op_def_registry.get(node.op)
         if op_def is None or op_def.is_stateful:
             what = "unknown to this TensorFlow" if op_def is None else "stateful"
@@ -656,7 +722,8 @@ class _Writer:
         """Appends the clone of node ``v``. Its inputs from outside the recompute read
         them through gates (appended to ``gates``); a clone with no gated and no cloned
         input waits for the trigger by a control input of its own."""
-        original = self.src.node[v]
+        original = self.origin[v]
+        original_inputs = list(self.inputs(v))
         clone = self.out.node.add()
         clone.CopyFrom(original)
         clone.name = clone_name[original.name]
@@ -666,7 +733,7 @@ class _Writer:
         if redirect:
             self.redirect_used.add(v)
         del clone.input[:]
-        for text in original.input:
+        for text in original_inputs:
             if text.startswith("^"):
                 src = text[1:]
                 clone.input.append(f"^{clone_name.get(src, src)}")
@@ -681,7 +748,7 @@ class _Writer:
                 if key in redirect or self.gated(key):
                     siblings = [
                         t
-                        for t in original.input
+                        for t in original_inputs
                         if _commutative(original.op) and not t.startswith("^") and t != text
                     ]
                     gate = self.gate(source, key, trigger, clone.device, siblings)
@@ -708,17 +775,17 @@ class _Writer:
             index = self.index_of()
             inside = {self.name(v) for v in nodes}
             if self._counts is None:
-                self._counts = _readers(self.src.node[: self.n])
+                self._counts = _readers(self.inputs(i) for i in range(self.n))
             inputs, counts = [], self._counts
             for v in nodes:
-                for text in self.src.node[v].input:
+                for text in self.inputs(v):
                     name, k = _parse_input(text)
                     if not text.startswith("^") and name not in inside:
                         inputs.append((index[name], k))
             readers = [
                 (v, k, counts.get(_tensor(self.name(v), k), 0))
                 for v in nodes
-                for k in range(len(_output_dtypes(self.src.node[v])))
+                for k in range(len(self.dtypes(v)))
             ]
         for p, k in inputs:
             self.producer[_tensor(self.name(p), k)] = (p, k)
@@ -729,7 +796,7 @@ class _Writer:
         """Node name -> index, built once, only for plans that do not carry what
         ``learn`` needs."""
         if self._index_of is None:
-            self._index_of = {n.name: i for i, n in enumerate(self.src.node[: self.n])}
+            self._index_of = {n.name: i for i, n in enumerate(self.nodes[: self.n])}
         return self._index_of
 
     def gated(self, key: str) -> bool:
@@ -739,7 +806,7 @@ class _Writer:
         the step's start anyway."""
         # A Placeholder (the step's input batch) is gated too: a clone that reads no
         # gate needs ^trigger, and the remapper never fuses a node with control fanin.
-        return self.src.node[self.producer[key][0]].op not in _UNGATED_OPS
+        return self.nodes[self.producer[key][0]].op not in _UNGATED_OPS
 
     def gate(
         self, source: str, key: str, trigger: str, device: str, siblings: Sequence[str] = ()
@@ -752,7 +819,7 @@ class _Writer:
             p, k = self.producer[key]
             tag = f"{self.prefix}/gate/{len(self.gates)}"
             name = _ranked(self.name(p), [_tensor("", k)], siblings, tag)
-            dtype = _output_dtypes(self.src.node[p])[k]
+            dtype = self.dtypes(p)[k]
             self.add_copy(name, "Identity", device, source, [trigger], (p, k, dtype))
             self.gates.append(name)
             self.gate_names.add(name)
@@ -772,8 +839,8 @@ class _Writer:
             after = n - self.lost.get(key, 0) + self.gained.get(key, 0)
             for _ in range(min(n, 2) - after):
                 keeper = f"{self.prefix}/keep/{len(self.keepers)}"
-                dtype = _output_dtypes(self.src.node[p])[k]
-                device = self.src.node[p].device
+                dtype = self.dtypes(p)[k]
+                device = self.nodes[p].device
                 self.add_copy(keeper, "Identity", device, key, [], (p, k, dtype))
                 self.keepers.append(keeper)
                 # Without a path to the fetches the Session would prune it; the node that

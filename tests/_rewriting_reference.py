@@ -1,0 +1,779 @@
+"""The writer of ``hybridplan.rewriting`` as it was before issue 18's speed work
+(main at b0eef08), kept for tests/test_rewrite_identity.py only: the rewritten GraphDefs
+of the current writer must equal this one's. Not part of the package; do not import it
+elsewhere. Below, the module as it was, with absolute imports.
+
+Write a swap / recompute plan into a training-step GraphDef as real TensorFlow ops.
+
+The plan comes from the planner as a dict whose integers are GraphDef node indices
+(positions in ``graph_def.node``)::
+
+    {"swaps": [{"node": p, "output": k, "after": a, "release": r,
+                "ins": [{"trigger": t, "consumers": [...], "clone_consumers": [...]}]}],
+     "recomputes": [{"nodes": [...], "trigger": t, "consumers": [...],
+                     "clone_consumers": [...]}]}
+
+What is inserted (semantics of ``rust/core/src/plan.rs``):
+
+- **Swap.** One swap-out node ``<prefix>/swap_out/<i>/<producer>`` copies ``p:k`` to the
+  host; when ``after != p`` it has a control input from ``after``. Each ``ins`` entry
+  ``j`` adds a swap-in node ``<producer><pad><prefix>/swap_in/<i>_<j>`` on the device that
+  reads the swap-out and has a control input from ``trigger``. Every input slot of a
+  node in ``consumers`` that reads ``p:k`` is rewired to the swap-in; the clones of the
+  nodes in ``clone_consumers`` read it too. When ``release`` is given (not None), node
+  ``r`` gets a control input from the swap-out: the step does not move past it before
+  the copy has ended, so the executor cannot run ahead while the original waits. (The
+  planner passes its *gate* here: the release node itself, or a variable read feeding
+  it, so that no op Grappler would fuse gets a control edge; see plan/release.rs.)
+- **Recompute.** Every node of ``nodes`` is cloned as ``<name><pad><prefix>/recompute/<r>``
+  (same op, attributes and device). A clone's input made inside the set reads the
+  clone; one made outside reads the original tensor, unless a swap-in or an earlier
+  recompute lists this node in its ``clone_consumers``, and reads it through a *gate*
+  ``<producer><pad><prefix>/gate/<g>``: an ``Identity`` of it with a control input from
+  ``trigger``, one per tensor and trigger (constants, fed inputs and variable reads are
+  read directly). The gates make the clones late and keep them apart from their originals
+  (common-subexpression elimination merges only equal inputs), and leave the clones
+  without control edges or protection, so that Grappler's remapper fuses them as it
+  fuses the originals (a fused kernel rounds differently). A clone that reads no gate
+  and no other clone gets the control input from ``trigger`` itself. Control inputs of
+  an original are kept: one from inside the set is redirected to that clone; one from
+  outside points at a node that already ran before the original did, so it delays
+  nothing and only keeps side-effect ordering (automatic control dependencies) intact.
+  The data inputs of the nodes in ``consumers`` made by the set are rewired to the
+  clones.
+- **Keepers.** An output of a cloned node that lost readers to the clones gets
+  ``<prefix>/keep/<j>`` nodes (``Identity`` of it, waited for by a gate of its
+  recompute) until it has ``min(readers before, 2)`` again: the remapper fuses an op
+  into its consumer only when its output has one reader, and the rewritten step must
+  fuse (and round) as the original does. A recompute's ``inputs`` (``[producer,
+  output]``) and ``readers`` (``[node, output, reads]``), which the core writes, say
+  what the gates and keepers need; without them one pass over the graph finds it.
+
+**Names.** A node that takes an original tensor's place in some node's inputs (swap-in,
+clone, gate) is named after the tensor's producer, ``<producer><pad><tag>``: Grappler
+sorts the data inputs of every commutative op (``AddN``, ``Mul``...) by name before
+optimising (common-subgraph elimination, on whenever the arithmetic optimizer is), and
+an ``AddN`` sums in that order, so a reader must see its inputs in the same order as in
+the original. The pad (usually ``-``) ranks the name right against the reader's other
+inputs that start with the producer's name too (``_ranked``). A swap-out, whose reader
+is the swap-in, and a keeper, read by nothing, keep ``<prefix>/swap_out/<i>/<producer>``
+and ``<prefix>/keep/<j>``.
+
+Every inserted node carries ``T``, ``_output_shapes`` (copied from its source) and, but
+the clones, ``_grappler_do_not_remove = true``: without it Grappler deletes the swap
+nodes and gates (dependency optimizer, model pruning).
+
+Targets (swap op, device, host):
+
+- ``"gpu"``: ``Identity`` swap-out on ``/device:CPU:0`` and ``Identity`` swap-in on
+  ``/device:GPU:0`` (TFLMS style: an ``Identity`` across a GPU and the CPU is a real
+  copy over the link).
+- ``"cpu-emulation"``: two logical CPUs; ``DeepCopy`` swap-out on the host
+  ``/device:CPU:1`` and ``DeepCopy`` swap-in on the device ``/device:CPU:0``. An
+  ``Identity`` would forward the buffer between logical CPUs and free nothing. Nodes
+  without a device are placed on ``/device:CPU:0`` by TensorFlow's placer (the first
+  CPU), so only the inserted nodes get an explicit device; rewired consumers that have
+  no device are pinned to the device too, so that no placer heuristic can move a reader
+  of a swap-in to the host.
+
+Example::
+
+    plan = {"swaps": [{"node": 47, "output": 0, "after": 50,
+                       "ins": [{"trigger": 190, "consumers": [196]}]}], "recomputes": []}
+    out = rewrite_with_summary(traced.graph_def, plan, target="cpu-emulation")
+    step = compile_step(traced, out.graph_def)
+    out.summary.inserted       # names verify() looks for
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from hybridplan.errors import InvalidArgumentError, UnsupportedGraphError
+from hybridplan.inlining import inlined
+
+__all__ = ["TARGETS", "RewriteSummary", "Rewritten", "Target", "rewrite", "rewrite_with_summary"]
+
+DO_NOT_REMOVE = "_grappler_do_not_remove"
+_NO_SWAP_DTYPES = {20, 21}  # DT_RESOURCE, DT_VARIANT: handles, not buffers
+
+
+@dataclass(frozen=True)
+class Target:
+    """How swaps are written for one kind of machine.
+
+    Attributes:
+        name: ``"gpu"`` or ``"cpu-emulation"``.
+        swap_out_op: op of the device-to-host copy.
+        swap_in_op: op of the host-to-device copy.
+        device: default accelerator device string.
+        host: default host device string.
+        pin_consumers: put rewired consumers and clones without a device on ``device``.
+    """
+
+    name: str
+    swap_out_op: str
+    swap_in_op: str
+    device: str
+    host: str
+    pin_consumers: bool
+
+
+TARGETS: dict[str, Target] = {
+    "gpu": Target("gpu", "Identity", "Identity", "/device:GPU:0", "/device:CPU:0", False),
+    "cpu-emulation": Target(
+        "cpu-emulation", "DeepCopy", "DeepCopy", "/device:CPU:0", "/device:CPU:1", True
+    ),
+}
+
+
+@dataclass(frozen=True)
+class RewriteSummary:
+    """What :func:`rewrite_with_summary` inserted (node names, as in the new GraphDef).
+
+    Attributes:
+        target: the target name.
+        device: the accelerator device string used.
+        host: the host device string used.
+        swap_out: swap-out node names, one per planned swap, in plan order.
+        swap_in: swap-in node names, in plan order.
+        clones: recompute clone names, in plan order.
+        clone_of: original node name of every clone.
+        rewired: number of input slots rewired (consumers and clone inputs).
+        gates: ``Identity`` nodes holding clones back until their trigger: one per
+            tensor read from outside a recompute and trigger.
+        keepers: ``Identity`` nodes that read an original tensor whose readers moved to
+            a clone or swap-in, so that it keeps as many readers as Grappler's fusion
+            rules look at (see ``_Writer.keep_fanouts``).
+    """
+
+    target: str
+    device: str
+    host: str
+    swap_out: tuple[str, ...] = ()
+    swap_in: tuple[str, ...] = ()
+    clones: tuple[str, ...] = ()
+    clone_of: Mapping[str, str] = field(default_factory=dict)
+    rewired: int = 0
+    gates: tuple[str, ...] = ()
+    keepers: tuple[str, ...] = ()
+
+    @property
+    def inserted(self) -> tuple[str, ...]:
+        """Every inserted node name: swap-outs, swap-ins, clones, gates, keepers."""
+        return self.swap_out + self.swap_in + self.clones + self.gates + self.keepers
+
+    @property
+    def counts(self) -> dict[str, int]:
+        """Number of inserted nodes of each kind."""
+        return {
+            "swap_out": len(self.swap_out),
+            "swap_in": len(self.swap_in),
+            "clones": len(self.clones),
+            "gates": len(self.gates),
+            "keepers": len(self.keepers),
+        }
+
+
+@dataclass(frozen=True)
+class Rewritten:
+    """A rewritten GraphDef and the summary of what was inserted."""
+
+    graph_def: Any
+    summary: RewriteSummary
+
+
+def rewrite(
+    graph_def: Any,
+    plan: Mapping[str, Any],
+    target: str = "gpu",
+    device: str | None = None,
+    host: str | None = None,
+    *,
+    prefix: str = "hybridplan",
+) -> Any:
+    """Returns a new GraphDef with ``plan``'s swaps and recomputations as real ops.
+
+    See :func:`rewrite_with_summary`, which also says what was inserted.
+    """
+    return rewrite_with_summary(graph_def, plan, target, device, host, prefix=prefix).graph_def
+
+
+def rewrite_with_summary(
+    graph_def: Any,
+    plan: Mapping[str, Any],
+    target: str = "gpu",
+    device: str | None = None,
+    host: str | None = None,
+    *,
+    prefix: str = "hybridplan",
+) -> Rewritten:
+    """Writes a swap / recompute plan into a copy of ``graph_def``.
+
+    Args:
+        graph_def: the training step's ``GraphDef``; never modified. Its function
+            calls are inlined first, as the planner inlined them
+            (:mod:`hybridplan.inlining`): the result is the inlined graph, rewritten.
+        plan: ``{"swaps": [...], "recomputes": [...]}`` with GraphDef node indices
+            (see the module docstring).
+        target: ``"gpu"`` or ``"cpu-emulation"`` (swap op and default devices).
+        device: the accelerator device string; the target's default when None.
+        host: the host device string; the target's default when None.
+        prefix: first component of every inserted node's name. The rewrite does not scan
+            the graph for names already taken (that would cost O(graph) in Python):
+            rewriting a rewritten graph again needs another prefix, or TensorFlow
+            rejects the duplicate names on import.
+
+    Returns:
+        :class:`Rewritten`: the new GraphDef (versions, library and untouched nodes kept
+        exactly; new nodes appended) and a :class:`RewriteSummary`.
+
+    Raises:
+        InvalidArgumentError: unknown target; an index out of range; a consumer that does
+            not read the tensor it is listed for; a clone consumer that no later
+            recompute clones; a node listed twice in one recompute.
+        UnsupportedGraphError: a swapped tensor whose op TensorFlow does not know, or a
+            resource / variant tensor (a handle, not a buffer).
+
+    Complexity:
+        O(size of the GraphDef) in C++ for the copy, then O(plan size + inputs of the
+        touched nodes) in Python; no loop over all nodes.
+
+    Example::
+
+        new_gd = rewrite(traced.graph_def, plan, target="cpu-emulation")
+    """
+    if target not in TARGETS:
+        raise InvalidArgumentError(f"unknown target {target!r}; use one of {sorted(TARGETS)}")
+    spec = TARGETS[target]
+    # A plan's node indices are those of the graph the planner read: calls inlined.
+    graph_def = inlined(graph_def)
+    writer = _Writer(graph_def, spec, device or spec.device, host or spec.host, prefix)
+    for i, swap in enumerate(plan.get("swaps", ())):
+        writer.swap(i, swap)
+    for r, rec in enumerate(plan.get("recomputes", ())):
+        writer.recompute(r, rec)
+    writer.check_redirects_used()
+    writer.keep_fanouts()
+    return Rewritten(writer.out, writer.summary())
+
+
+# --------------------------------------------------------------------------- tensor names
+
+
+def _tensor(name: str, k: int) -> str:
+    return name if k == 0 else f"{name}:{k}"
+
+
+def _parse_input(text: str) -> tuple[str, int]:
+    """``"a"`` -> ``("a", 0)``, ``"a:2"`` -> ``("a", 2)``; control inputs are not parsed."""
+    name, sep, index = text.rpartition(":")
+    if sep and index.isdigit():
+        return name, int(index)
+    return text, 0
+
+
+# --------------------------------------------------------------------------- dtypes, shapes
+
+
+def _attr_value(node: Any, op_def: Any, name: str) -> Any:
+    """The node's attribute ``name`` (read-only: never inserts into the map), or the op's
+    default."""
+    if name in node.attr:
+        return node.attr[name]
+    for a in op_def.attr:
+        if a.name == name and a.HasField("default_value"):
+            return a.default_value
+    raise UnsupportedGraphError(f"node {node.name!r} (op {node.op}) lacks attribute {name!r}")
+
+
+def _output_dtypes(node: Any) -> list[int]:
+    """The ``DataType`` enum of every output of ``node``, from its registered OpDef."""
+    from tensorflow.python.framework import op_def_registry
+
+    op_def = op_def_registry.get(node.op)
+    if op_def is None:
+        raise UnsupportedGraphError(
+            f"node {node.name!r} has op {node.op!r}, unknown to this TensorFlow; load the "
+            "library that registers it before rewriting"
+        )
+    out: list[int] = []
+    for arg in op_def.output_arg:
+        if arg.type_list_attr:
+            out.extend(_attr_value(node, op_def, arg.type_list_attr).list.type)
+            continue
+        dtype = arg.type or _attr_value(node, op_def, arg.type_attr).type
+        count = _attr_value(node, op_def, arg.number_attr).i if arg.number_attr else 1
+        out.extend([dtype] * count)
+    return out
+
+
+#: Producers whose outputs clones read directly, not through a gate (see ``gated``).
+_UNGATED_OPS = frozenset({"Const", "HostConst", "ReadVariableOp"})
+
+
+def _readers(nodes: Any) -> dict[str, int]:
+    """Number of data inputs reading each tensor (``name`` or ``name:k``) among ``nodes``."""
+    out: dict[str, int] = {}
+    for node in nodes:
+        for text in node.input:
+            if not text.startswith("^"):
+                key = _tensor(*_parse_input(text))
+                out[key] = out.get(key, 0) + 1
+    return out
+
+
+#: What goes between a tensor's producer name and the tag of a node that stands for the
+#: tensor (see ``_ranked``), tried in this order. ``-`` is the smallest character a node
+#: name may hold after its first, ``9`` the largest below ``:``.
+_PADS = ("-", "--", "---", "9", "99", "999", "A", "AA")
+
+
+def _commutative(op: str) -> bool:
+    """Whether ``op``'s OpDef is marked commutative (``AddN``, ``AddV2``, ``Mul``...):
+    Grappler sorts such a node's data inputs by name (see ``_ranked``)."""
+    from tensorflow.python.framework import op_def_registry
+
+    op_def = op_def_registry.get(op)
+    return op_def is not None and op_def.is_commutative
+
+
+def _suffix_fits(s: str, r: str, t: str) -> bool:
+    """Whether ``producer + s`` sorts against ``producer + r`` as ``producer + t`` does,
+    whatever follows ``r``."""
+    if r == t:
+        return True
+    if r < t:
+        return s > r and not s.startswith(r)
+    return s < r
+
+
+def _ranked(producer: str, targets: Sequence[str], siblings: Sequence[str], tag: str) -> str:
+    """The name of a node that stands for the tensors ``producer + t`` (``t`` in
+    ``targets``: ``""`` for output 0, ``":k"``) in the data inputs of commutative ops
+    whose other inputs are ``siblings``, chosen so that every input keeps its rank.
+
+    Grappler's common-subgraph elimination (on whenever the arithmetic optimizer is)
+    first canonicalises the graph: it sorts the data inputs of every commutative op by
+    their text (``utils/canonicalizer.cc``), and an ``AddN`` sums in that order. An input
+    renamed to ``hybridplan/swap_in/...`` moves in that order, and the sum rounds
+    differently. The name is ``producer + pad + tag``: compared with a sibling that does
+    not start with ``producer`` it sorts as ``producer`` does; the pad (``_PADS``) is the
+    first that also ranks it right against the siblings that do (``producer:1``,
+    ``producer/Mul``, ``producer_1``). When none does (a pathological set of names) the
+    first pad is used. O(len(siblings) x len(_PADS)).
+    """
+    rel = [x[len(producer) :] for x in siblings if x.startswith(producer) and x != producer]
+    for pad in _PADS:
+        s = pad + tag
+        if all(_suffix_fits(s, r, t) for r in rel for t in targets):
+            return producer + s
+    return producer + _PADS[0] + tag
+
+
+# --------------------------------------------------------------------------- the writer
+
+
+class _Writer:
+    """Builds the rewritten copy; every method touches only the nodes the plan names."""
+
+    def __init__(self, src: Any, spec: Target, device: str, host: str, prefix: str):
+        from tensorflow.core.framework import graph_pb2
+
+        self.src = src
+        self.out = graph_pb2.GraphDef()
+        self.out.CopyFrom(src)
+        self.n = len(src.node)
+        self.spec, self.device, self.host, self.prefix = spec, device, host, prefix
+        self.swap_out: list[str] = []
+        self.swap_in: list[str] = []
+        self.clones: list[str] = []
+        self.gates: list[str] = []
+        self.gate_of: dict[tuple[str, str], str] = {}
+        self.gate_names: set[str] = set()
+        self.keepers: list[str] = []
+        # Inserted node name -> its NodeDef; original tensor -> an inserted node that took
+        # over its readers and may wait for a keeper (see keep_fanouts).
+        self.added: dict[str, Any] = {}
+        self.taker: dict[str, str] = {}
+        self.clone_of: dict[str, str] = {}
+        # Recompute bookkeeping for gates and keepers (see gate, keep_fanouts):
+        # tensor -> its producer (node, output); tensor -> (node, output, reads before);
+        # data reads each tensor lost to rewiring and gained from inserted nodes.
+        self.producer: dict[str, tuple[int, int]] = {}
+        self.reads_before: dict[str, tuple[int, int, int]] = {}
+        self.lost: dict[str, int] = {}
+        self.gained: dict[str, int] = {}
+        self._index_of: dict[str, int] | None = None
+        self._counts: dict[str, int] | None = None
+        self.rewired = 0
+        # Original node index -> {tensor read by its clone -> replacement tensor}.
+        self.redirect: dict[int, dict[str, str]] = {}
+        self.redirect_used: set[int] = set()
+        self.redirect_origin: dict[int, str] = {}
+
+    def summary(self) -> RewriteSummary:
+        return RewriteSummary(
+            target=self.spec.name,
+            device=self.device,
+            host=self.host,
+            swap_out=tuple(self.swap_out),
+            swap_in=tuple(self.swap_in),
+            clones=tuple(self.clones),
+            gates=tuple(self.gates),
+            keepers=tuple(self.keepers),
+            clone_of=dict(self.clone_of),
+            rewired=self.rewired,
+        )
+
+    def index(self, value: Any, what: str) -> int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            try:
+                value = int(value)  # numpy integers
+            except (TypeError, ValueError):
+                raise InvalidArgumentError(f"{what} must be a node index, got {value!r}") from None
+        if not 0 <= value < self.n:
+            raise InvalidArgumentError(
+                f"{what} = {value} is not a node index of this GraphDef (it has {self.n} nodes)"
+            )
+        return value
+
+    def name(self, i: int) -> str:
+        return self.src.node[i].name
+
+    # ------------------------------------------------------------------ swaps
+
+    def swap(self, i: int, swap: Mapping[str, Any]) -> None:
+        p = self.index(swap["node"], f"swaps[{i}].node")
+        k = int(swap.get("output", 0))
+        after = self.index(swap.get("after", p), f"swaps[{i}].after")
+        dtype = self.swappable_dtype(i, p, k)
+        source = _tensor(self.name(p), k)
+        out_name = f"{self.prefix}/swap_out/{i}/{self.name(p)}"
+        control = [self.name(after)] if after != p else []
+        self.add_copy(out_name, self.spec.swap_out_op, self.host, source, control, (p, k, dtype))
+        self.swap_out.append(out_name)
+        release = swap.get("release")
+        if release is not None:
+            # The release node waits for the copy (plan/release.rs in the core).
+            r = self.index(release, f"swaps[{i}].release")
+            self.out.node[r].input.append(f"^{out_name}")
+        for j, entry in enumerate(swap.get("ins", ())):
+            where = f"swaps[{i}].ins[{j}]"
+            trigger = self.name(self.index(entry["trigger"], f"{where}.trigger"))
+            readers = [*entry.get("consumers", ()), *entry.get("clone_consumers", ())]
+            siblings = self.siblings(readers, {source}.__contains__, where)
+            tag = f"{self.prefix}/swap_in/{i}_{j}"
+            in_name = _ranked(self.name(p), [_tensor("", k)], siblings, tag)
+            op = self.spec.swap_in_op
+            self.add_copy(in_name, op, self.device, out_name, [trigger], (p, k, dtype))
+            self.swap_in.append(in_name)
+            for c in entry.get("consumers", ()):
+                self.rewire(self.index(c, f"{where}.consumers"), {source: in_name}, where)
+            for c in entry.get("clone_consumers", ()):
+                c = self.index(c, f"{where}.clone_consumers")
+                self.add_redirect(c, {source: in_name}, where)
+
+    def siblings(self, readers: Sequence[int], skip: Any, where: str) -> list[str]:
+        """The data inputs of the commutative nodes among ``readers`` (original node
+        indices) but those whose tensor (``name`` or ``name:k``) ``skip`` accepts: what a
+        node standing for the skipped tensors must sort against (``_ranked``).
+        O(inputs of the readers)."""
+        out: list[str] = []
+        for c in readers:
+            node = self.src.node[self.index(c, where)]
+            if _commutative(node.op):
+                out.extend(
+                    t
+                    for t in node.input
+                    if not t.startswith("^") and not skip(_tensor(*_parse_input(t)))
+                )
+        return out
+
+    def swappable_dtype(self, i: int, p: int, k: int) -> int:
+        """The dtype of ``p:k``; raises when there is no such output or it is a handle."""
+        producer = self.src.node[p]
+        dtypes = _output_dtypes(producer)
+        if not 0 <= k < len(dtypes):
+            raise InvalidArgumentError(
+                f"swaps[{i}]: node {producer.name!r} (op {producer.op}) has {len(dtypes)} "
+                f"output(s), no output {k}"
+            )
+        if dtypes[k] in _NO_SWAP_DTYPES:
+            raise UnsupportedGraphError(
+                f"swaps[{i}]: {_tensor(producer.name, k)} is a resource/variant handle, not a "
+                "buffer; it cannot be swapped"
+            )
+        return dtypes[k]
+
+    def add_copy(
+        self,
+        name: str,
+        op: str,
+        device: str,
+        source: str,
+        control: Sequence[str],
+        tensor: tuple[int, int, int],
+    ) -> Any:
+        """Appends (and returns) a copy node of ``source``; ``tensor`` is (producer,
+        output, dtype) of the copied tensor, whose ``_output_shapes`` entry it gets."""
+        p, k, dtype = tensor
+        node = self.out.node.add()
+        self.added[name] = node
+        if _parse_input(source)[0] not in self.added:  # reads an original tensor
+            key = _tensor(*_parse_input(source))
+            self.gained[key] = self.gained.get(key, 0) + 1
+        node.name, node.op, node.device = name, op, device
+        node.input.append(source)
+        node.input.extend(f"^{c}" for c in control)
+        node.attr["T"].type = dtype
+        node.attr[DO_NOT_REMOVE].b = True
+        shapes = self.src.node[p].attr.get("_output_shapes")
+        if shapes is not None and k < len(shapes.list.shape):
+            node.attr["_output_shapes"].list.shape.add().CopyFrom(shapes.list.shape[k])
+        return node
+
+    # ------------------------------------------------------------------ rewiring
+
+    def rewire(self, c: int, mapping: Mapping[str, str], where: str) -> None:
+        """Points every data input of node ``c`` found in ``mapping`` at its replacement."""
+        node = self.out.node[c]
+        hits = 0
+        for slot, text in enumerate(node.input):
+            if text.startswith("^"):
+                continue
+            key = _tensor(*_parse_input(text))
+            if key in mapping:
+                node.input[slot] = mapping[key]
+                hits += 1
+                self.lost[key] = self.lost.get(key, 0) + 1
+        if hits == 0:
+            raise InvalidArgumentError(
+                f"{where}: consumer {node.name!r} (index {c}) reads none of "
+                f"{sorted(mapping)[:4]}; list only nodes that read the tensor"
+            )
+        if self.spec.pin_consumers and not node.device:
+            node.device = self.device
+        self.rewired += hits
+
+    def add_redirect(self, c: int, mapping: Mapping[str, str], where: str) -> None:
+        self.redirect.setdefault(c, {}).update(mapping)
+        self.redirect_origin.setdefault(c, where)
+
+    def check_redirects_used(self) -> None:
+        unused = sorted(set(self.redirect) - self.redirect_used)
+        if unused:
+            c = unused[0]
+            raise InvalidArgumentError(
+                f"{self.redirect_origin[c]}: clone consumer {self.name(c)!r} (index {c}) is "
+                "not cloned by any later recompute; list it in that recompute's nodes, or "
+                "drop it from clone_consumers"
+            )
+
+    # ------------------------------------------------------------------ recompute
+
+    def recompute(self, r: int, rec: Mapping[str, Any]) -> None:
+        where = f"recomputes[{r}]"
+        nodes = [self.index(v, f"{where}.nodes") for v in rec["nodes"]]
+        if len(set(nodes)) != len(nodes):
+            raise InvalidArgumentError(f"{where}: a node is listed twice in nodes")
+        trigger = self.name(self.index(rec["trigger"], f"{where}.trigger"))
+        clone_name = self.clone_names(r, rec, nodes, where)
+        outputs: dict[str, str] = {}
+        for v in nodes:
+            self.check_clonable(v, where)
+        self.learn(rec, nodes)
+        gates: list[str] = []
+        clones = set(clone_name.values())
+        for v in nodes:
+            self.add_clone(v, clone_name, clones, trigger, gates)
+            original = self.name(v)
+            for k in range(len(_output_dtypes(self.src.node[v]))):
+                outputs[_tensor(original, k)] = _tensor(clone_name[original], k)
+        for key in outputs:
+            self.taker.setdefault(key, gates[0] if gates else clone_name[self.name(nodes[0])])
+        for c in rec.get("consumers", ()):
+            self.rewire(self.index(c, f"{where}.consumers"), outputs, where)
+        for c in rec.get("clone_consumers", ()):
+            self.add_redirect(self.index(c, f"{where}.clone_consumers"), outputs, where)
+
+    def clone_names(
+        self, r: int, rec: Mapping[str, Any], nodes: list[int], where: str
+    ) -> dict[str, str]:
+        """Original name -> clone name for recompute ``r``: each clone named by
+        ``_ranked`` against the other inputs of the commutative nodes that will read it
+        (clones in the set, rewired consumers, later clones). O(their inputs)."""
+        names = {self.name(v) for v in nodes}
+        readers = [*nodes, *rec.get("consumers", ()), *rec.get("clone_consumers", ())]
+        readers_of: dict[str, list[int]] = {}
+        for c in readers:
+            node = self.src.node[self.index(c, where)]
+            if not _commutative(node.op):
+                continue
+            for text in node.input:
+                name = _parse_input(text)[0]
+                if not text.startswith("^") and name in names:
+                    readers_of.setdefault(name, []).append(c)
+        out: dict[str, str] = {}
+        for v in nodes:
+            original = self.name(v)
+            of = readers_of.get(original, [])
+
+            def own(text: str, original: str = original) -> bool:
+                return not text.startswith("^") and _parse_input(text)[0] == original
+
+            reads = (t for c in of for t in self.src.node[c].input if own(t))
+            targets = sorted({_tensor("", _parse_input(t)[1]) for t in reads})
+            siblings = self.siblings(sorted(set(of)), own, where)
+            out[original] = _ranked(original, targets, siblings, f"{self.prefix}/recompute/{r}")
+        return out
+
+    def check_clonable(self, v: int, where: str) -> None:
+        from tensorflow.python.framework import op_def_registry
+
+        node = self.src.node[v]
+        op_def = op_def_registry.get(node.op)
+        if op_def is None or op_def.is_stateful:
+            what = "unknown to this TensorFlow" if op_def is None else "stateful"
+            raise UnsupportedGraphError(
+                f"{where}: node {node.name!r} (op {node.op}) is {what}; a clone of it could "
+                "read other state or have other effects than the original, so it is never "
+                "recomputed"
+            )
+
+    def add_clone(
+        self,
+        v: int,
+        clone_name: Mapping[str, str],
+        clones: set[str],
+        trigger: str,
+        gates: list[str],
+    ) -> None:
+        """Appends the clone of node ``v``. Its inputs from outside the recompute read
+        them through gates (appended to ``gates``); a clone with no gated and no cloned
+        input waits for the trigger by a control input of its own."""
+        original = self.src.node[v]
+        clone = self.out.node.add()
+        clone.CopyFrom(original)
+        clone.name = clone_name[original.name]
+        if self.spec.pin_consumers and not clone.device:
+            clone.device = self.device
+        redirect = self.redirect.get(v, {})
+        if redirect:
+            self.redirect_used.add(v)
+        del clone.input[:]
+        for text in original.input:
+            if text.startswith("^"):
+                src = text[1:]
+                clone.input.append(f"^{clone_name.get(src, src)}")
+                continue
+            name, k = _parse_input(text)
+            if name in clone_name:
+                clone.input.append(_tensor(clone_name[name], k))
+            else:
+                key = _tensor(name, k)
+                self.rewired += key in redirect
+                source = redirect.get(key, text)
+                if key in redirect or self.gated(key):
+                    siblings = [
+                        t
+                        for t in original.input
+                        if _commutative(original.op) and not t.startswith("^") and t != text
+                    ]
+                    gate = self.gate(source, key, trigger, clone.device, siblings)
+                    gates.append(gate)
+                    source = gate
+                clone.input.append(source)
+        late = any(
+            name in clones or name in self.gate_names
+            for name in (_parse_input(i)[0] for i in clone.input if not i.startswith("^"))
+        )
+        if not late:
+            clone.input.append(f"^{trigger}")
+            clone.attr[DO_NOT_REMOVE].b = True
+        self.clones.append(clone.name)
+        self.clone_of[clone.name] = original.name
+        self.added[clone.name] = clone
+
+    def learn(self, rec: Mapping[str, Any], nodes: list[int]) -> None:
+        """Records the producers of what the clones read from outside and the reads of
+        the cloned nodes' outputs: from the plan (``inputs``, ``readers``: the core
+        writes both) in O(plan), else by one pass over the graph, O(nodes + edges)."""
+        inputs, readers = rec.get("inputs"), rec.get("readers")
+        if inputs is None or readers is None:
+            index = self.index_of()
+            inside = {self.name(v) for v in nodes}
+            if self._counts is None:
+                self._counts = _readers(self.src.node[: self.n])
+            inputs, counts = [], self._counts
+            for v in nodes:
+                for text in self.src.node[v].input:
+                    name, k = _parse_input(text)
+                    if not text.startswith("^") and name not in inside:
+                        inputs.append((index[name], k))
+            readers = [
+                (v, k, counts.get(_tensor(self.name(v), k), 0))
+                for v in nodes
+                for k in range(len(_output_dtypes(self.src.node[v])))
+            ]
+        for p, k in inputs:
+            self.producer[_tensor(self.name(p), k)] = (p, k)
+        for v, k, n in readers:
+            self.reads_before.setdefault(_tensor(self.name(v), k), (v, k, n))
+
+    def index_of(self) -> dict[str, int]:
+        """Node name -> index, built once, only for plans that do not carry what
+        ``learn`` needs."""
+        if self._index_of is None:
+            self._index_of = {n.name: i for i, n in enumerate(self.src.node[: self.n])}
+        return self._index_of
+
+    def gated(self, key: str) -> bool:
+        """Whether clones read tensor ``key`` through a gate: every producer but a
+        source (a ``Const``, anything without data inputs) and a variable read, which
+        must stay visible as such (constant folding, shape inference) and are ready from
+        the step's start anyway."""
+        # A Placeholder (the step's input batch) is gated too: a clone that reads no
+        # gate needs ^trigger, and the remapper never fuses a node with control fanin.
+        return self.src.node[self.producer[key][0]].op not in _UNGATED_OPS
+
+    def gate(
+        self, source: str, key: str, trigger: str, device: str, siblings: Sequence[str] = ()
+    ) -> str:
+        """The gate of ``source`` for clones run after ``trigger``: an ``Identity`` of it
+        with a control input from the trigger, made once per source and trigger (two
+        equal gates would be merged by TensorFlow's CSE). ``key``: the original tensor
+        that ``source`` stands for (itself, or the one a swap-in or clone replaces)."""
+        if (source, trigger) not in self.gate_of:
+            p, k = self.producer[key]
+            tag = f"{self.prefix}/gate/{len(self.gates)}"
+            name = _ranked(self.name(p), [_tensor("", k)], siblings, tag)
+            dtype = _output_dtypes(self.src.node[p])[k]
+            self.add_copy(name, "Identity", device, source, [trigger], (p, k, dtype))
+            self.gates.append(name)
+            self.gate_names.add(name)
+            self.gate_of[(source, trigger)] = name
+        return self.gate_of[(source, trigger)]
+
+    def keep_fanouts(self) -> None:
+        """Gives every original tensor that lost data readers to the rewrite at least
+        ``min(readers before, 2)`` of them again, adding keepers: an ``Identity`` that
+        reads it and is read by nothing. Grappler's remapper fuses an op into its
+        consumer only when its output has a single reader; a tensor read by a forward
+        op and a backward op whose backward read moved to a clone would otherwise get
+        fused in the rewritten step and not in the original, and round differently.
+        Only outputs of cloned nodes can lose readers this way: a swapped tensor keeps
+        its swap-out as a reader, which nothing fuses with. O(cloned outputs)."""
+        for key, (p, k, n) in self.reads_before.items():
+            after = n - self.lost.get(key, 0) + self.gained.get(key, 0)
+            for _ in range(min(n, 2) - after):
+                keeper = f"{self.prefix}/keep/{len(self.keepers)}"
+                dtype = _output_dtypes(self.src.node[p])[k]
+                device = self.src.node[p].device
+                self.add_copy(keeper, "Identity", device, key, [], (p, k, dtype))
+                self.keepers.append(keeper)
+                # Without a path to the fetches the Session would prune it; the node that
+                # took over the readers runs later anyway, so waiting costs nothing.
+                self.added[self.taker[key]].input.append(f"^{keeper}")
