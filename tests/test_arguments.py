@@ -155,9 +155,9 @@ BAD = [
         "must be a list",
     ),
     (
-        "rewrite(bytes, ...)",
-        lambda p: hybridplan.rewrite(FIXTURE, {}),
-        "graph_def must be a tf GraphDef",
+        "rewrite(str, ...)",
+        lambda p: hybridplan.rewrite("step.pb", {}),
+        "graph_def must be a tf GraphDef or its serialized bytes",
     ),
     (
         "rewrite target 3",
