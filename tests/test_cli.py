@@ -375,5 +375,8 @@ def test_trial_small_cnn_runs_with_its_defaults(capsys):
     code = main(["trial", "small_cnn"])
     out = capsys.readouterr().out
     assert code in (0, 6), out  # 6: measured over budget, printed (docs/accuracy.md)
-    assert "no plan reaches 70%" in out and "equal bit for bit" in out
+    # 70% of the tensor peak (plus the kernels' scratch) is out of reach with oneDNN's
+    # kernels; with TensorFlow's own the scratch dominates and a plan reaches it.
+    assert "no plan reaches 70%" in out or "(70% of the original's tensor peak" in out, out
+    assert "equal bit for bit" in out
     assert "= variables and optimizer slots" in out

@@ -260,12 +260,14 @@ def test_budget_and_fraction_are_exclusive():
 
 
 def test_an_unreachable_fraction_names_the_smallest_reachable_one():
-    """small_cnn's peak is mostly buffers no plan can free: 0.6 is out of reach, and
-    the error says which fraction is reachable (it used to say only bytes)."""
+    """small_cnn's tensors are mostly buffers no plan can free: 0.3 of them is out of
+    reach (the smallest a plan reaches: 0.46 with TensorFlow's own kernels, over 0.6 with
+    oneDNN's), and the error says which fraction is reachable (it used to say only
+    bytes)."""
     from hybridplan import BudgetError
 
     with pytest.raises(BudgetError, match=r"pass fraction=0\.\d+ or more, or omit it") as e:
-        trial(models.build("small_cnn"), fraction=0.6)
+        trial(models.build("small_cnn"), fraction=0.3)
     assert e.value.best_peak > e.value.budget
 
 
@@ -275,7 +277,13 @@ def test_the_default_fraction_falls_back_to_a_reachable_one_and_prints_briefly()
     sentence, not every weight array."""
     t = trial(models.build("small_cnn"))
     assert t.same_losses and t.same_weights
-    assert 0.7 < t.fraction < 1 and "no plan reaches 70%" in t.note
+    if t.predicted_scratch == 0:
+        # oneDNN's kernels: 0.7 of the tensors is out of reach, the fallback is taken.
+        assert 0.7 < t.fraction < 1 and "no plan reaches 70%" in t.note
+    else:
+        # TensorFlow's own: a plan only needs to shrink the tensors beside the largest
+        # scratch, and reaches 0.7 (0.46 is the least, see the test above).
+        assert t.fraction == 0.7 and not t.note
     text = repr(t)
     assert text.startswith("Trial('hybrid': losses and weights equal bit for bit")
     assert len(text) < 400 and "array(" not in text

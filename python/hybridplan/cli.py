@@ -618,7 +618,16 @@ def _cmd_trial(args: argparse.Namespace) -> int:
         *([t.note] if t.note else []),
         f"budget {fmt_bytes(t.plan.budget)} = variables and optimizer slots "
         f"{fmt_bytes(persistent)} + activations {fmt_bytes(t.activation_budget)}"
-        + (f" ({t.fraction:.0%} of the original's activation peak)" if t.fraction else ""),
+        + (
+            f" ({t.fraction:.0%} of the original's tensor peak"
+            + (
+                f" + kernel scratch {fmt_bytes(t.predicted_scratch)})"
+                if t.predicted_scratch
+                else ")"
+            )
+            if t.fraction
+            else ""
+        ),
         f"inserted: {t.inserted}",
         f"losses and weights over {len(t.planned.losses)} steps: "
         + ("equal bit for bit" if t.same_losses and t.same_weights else "DIFFERENT"),

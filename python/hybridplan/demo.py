@@ -28,8 +28,8 @@ BIG_QUICK = {"size": 1024, "batch": 2}
 #: Stage 2: a residual network small enough to train on two CPU cores.
 SMALL_MODEL = "small_resnet"
 SMALL: dict = {}
-#: Stage 2 budget: persistent bytes plus this fraction of the original
-#: activation peak.
+#: Stage 2 budget: persistent bytes plus this fraction of the original's
+#: tensor peak plus the largest kernel scratch (see :func:`hybridplan.trial`).
 SMALL_BUDGET_FRACTION = 0.5
 
 
@@ -127,7 +127,8 @@ def _stage_run(out: Path) -> bool:
         f"{SMALL_MODEL}: {t.plan.report['num_nodes']} nodes; budget {fmt_bytes(t.plan.budget)} "
         f"= variables and optimizer slots {fmt_bytes(persistent)} + "
         f"{fmt_bytes(t.activation_budget)} for activations ({SMALL_BUDGET_FRACTION:.0%} of "
-        f"the original's activation peak); inserted {t.inserted}"
+        f"the original's tensor peak + the largest kernel scratch, "
+        f"{fmt_bytes(t.predicted_scratch)}); inserted {t.inserted}"
     )
     losses = ", ".join(f"{float(np.asarray(v).mean()):.6f}" for v in t.planned.losses)
     _say(f"losses over {len(t.planned.losses)} steps: {losses}")

@@ -40,8 +40,8 @@ class Trial:
         original, planned: the two :class:`~hybridplan.measuring.Measurement` s.
         same_losses: every step's loss equal bit for bit.
         same_weights: every variable equal bit for bit after the steps.
-        fraction: the fraction of the original's activation peak the budget allowed
-            (None when ``budget`` was given).
+        fraction: the fraction of the original's tensor peak the budget allowed, on top
+            of the largest kernel scratch (None when ``budget`` was given).
         note: how the budget was chosen, when :func:`trial` chose it.
     """
 
