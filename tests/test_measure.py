@@ -84,7 +84,7 @@ def swapped(mlp, swap_spec):
     return rewrite_with_summary(traced.graph_def, swap_spec, target="cpu-emulation")
 
 
-def test_swapping_activations_lowers_the_measured_device_peak(mlp, swapped):
+def test_a_swap_plan_on_the_thread_pool_copies_to_the_host_and_computes_the_same(mlp, swapped):
     traced, batches = mlp
     out = swapped
     weights = [v.numpy() for v in traced.variables]
@@ -113,13 +113,14 @@ def test_swapping_activations_lowers_the_measured_device_peak(mlp, swapped):
     assert swapped_bytes in swapped.step_peaks[host] or max(swapped.step_peaks[host]) >= (
         swapped_bytes // 3
     )
-    # The executor's schedule varies from run to run: compare medians. Usually 0.59 of
-    # the original (10.5 against 17.7 MB); one full-suite run in five measured 0.83 in
-    # all three Sessions (the CPU executor defers ready kernels, docs/accuracy.md
-    # finding 11), so the bound leaves room for that and still fails a swap that
-    # frees nothing.
-    base_median = np.median(base.step_peaks[device])
-    assert np.median(swapped.step_peaks[device]) < 0.85 * base_median
+    # The device's peak on the pool is not asserted here: the pool defers every ready
+    # kernel but one to the end of the backward pass (docs/accuracy.md finding 11), so
+    # what a swap frees depends on the kernels' order: 0.59 of the original with oneDNN's
+    # kernels, and with TensorFlow's own (TF_ENABLE_ONEDNN_OPTS=0) the input gradients
+    # (2 MiB each) pile up until the deferred weight gradients run and the swaps free
+    # nothing (16.9 against 17.2 MB). The claim that the swaps lower the device's peak
+    # is asserted in the order a GPU executor runs the step (inline, one executor):
+    # test_host_on_device_runs_a_swap_plan_inline_with_the_copies_as_host_memory.
     print(
         f"\nMLP {LAYERS}x{WIDTH}, batch {BATCH}: device peak original "
         f"{base.step_peaks[device]} B, swapped {swapped.step_peaks[device]} B, "
