@@ -161,8 +161,8 @@ def page(res: dict | None) -> str:
             )
     else:
         out.append(
-            f"**Status: {NOT_YET}.** No GPU has been lent to this project's sessions since the "
-            "runner was written; every table below is empty until `run_gpu.py` has run once.\n"
+            f"**Status: {NOT_YET}.** The runner has not run on a GPU yet; every table below "
+            "is empty until `run_gpu.py` has run once.\n"
         )
     out += [
         "## Link",
