@@ -21,7 +21,7 @@ Steps, each timed, with the load average sampled before and after:
 4. **planning memory**: in a fresh Python process without TensorFlow, the peak RSS of
    ``hybridplan.plan`` (``hybrid``) on the 10^6-node synthetic step (``--quick``: 10^4).
 
-The report: machine, commit, date, command, load; the issue-7 targets marked met or not
+The report: machine, commit, date, command, load; the targets marked met or not
 met with the figure; the scaling table (time per node per phase and per strategy, and
 its ratio to 10^4); per-strategy plan times and outcomes; DAG vs mixed; the real graphs;
 the end-to-end split; the memory. ``--json`` also saves every collected figure, which
@@ -533,7 +533,7 @@ def _loads(x: list[float] | None) -> str:
 
 def section_targets(results: dict) -> str:
     rows = [[t["target"], t["figure"], _mark(t["met"])] for t in targets(results)]
-    return "## The targets of issue 7\n\n" + _table(["target", "measured", "verdict"], rows)
+    return "## Targets\n\n" + _table(["target", "measured", "verdict"], rows)
 
 
 def section_scaling(results: dict) -> str:
