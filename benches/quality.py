@@ -6,7 +6,8 @@ For each row: trace the model's training step at the published input size
 (tracing allocates no activations), take the smallest batch whose original
 step exceeds the budget, plan it with every strategy, and report the peak and
 the predicted step time of each plan (``-`` where no plan fits). GraphDefs are
-cached in ``benches/.cache/``.
+cached in ``benches/.cache/``. ``--out`` rewrites the file up to its first ``## ``
+heading and keeps the sections from there on (the page's text on the table).
 """
 
 from __future__ import annotations
@@ -129,7 +130,11 @@ def main() -> None:
     )
     print(text)
     if args.out:
-        pathlib.Path(args.out).write_text(text + "\n")
+        out = pathlib.Path(args.out)
+        # The page's own sections (from its first "## " heading on) are kept.
+        old = out.read_text() if out.exists() else ""
+        keep = old[old.index("\n## ") :] if "\n## " in old else ""
+        out.write_text(text + "\n" + keep)
 
 
 if __name__ == "__main__":
