@@ -64,7 +64,7 @@ RSS_NODES = 1_000_000
 GB = 1e9
 MIB = 2**20
 
-# Targets of issue 7.
+# Targets (docs/benchmarks.md, "Targets").
 TARGET_PLAN_S = 1.0
 TARGET_APPLY_S = 5.0
 TARGET_MEMORY_BYTES = 2 * GB
@@ -416,7 +416,7 @@ def budget_fraction(f: dict) -> float | None:
 
 
 def targets(results: dict) -> list[dict]:
-    """The issue-7 targets: name, figure (text), met (True, False, None: not measured)."""
+    """The targets: name, figure (text), met (True, False, None: not measured)."""
     crit = _index(results.get("criterion", []))
     out = []
     hyb = crit.get(("plan_mixed_1e6", "hybrid"))
