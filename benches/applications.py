@@ -1,4 +1,4 @@
-"""hybridplan on models no issue names: ``keras.applications`` architectures.
+"""hybridplan on models it was not developed on: ``keras.applications`` architectures.
 
 The reference models (``hybridplan.models``) are what the planner was developed on. This
 script checks the general claim on architectures it was not: each

@@ -1,4 +1,4 @@
-"""hybridplan side by side with Keras' own rematerialisation (issue 11).
+"""hybridplan side by side with Keras' own rematerialisation.
 
 One command, on two logical CPU devices (``/device:CPU:0`` plays the accelerator,
 ``/device:CPU:1`` the host)::
