@@ -145,6 +145,22 @@ def test_interrupted_write_leaves_no_partial_file(tmp_path, monkeypatch):
     assert list(tmp_path.iterdir()) == []
 
 
+def test_failed_plan_report_leaves_no_new_directory(synth, tmp_path, monkeypatch, capsys):
+    # `plan --report a/b/rep` makes the directories it needs only while writing, and
+    # removes them again when the write fails: a failed command leaves nothing behind.
+    path, _, half = synth
+
+    def boom(fd):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(_files.os, "fsync", boom)
+    rep = tmp_path / "a" / "b" / "rep"
+    args = ["plan", str(path), "--budget", str(half), "--report", str(rep)]
+    assert main(args) == 3
+    assert "disk full" in capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_console_script_help_and_exit_codes():
     exe = [sys.executable, "-m", "hybridplan.cli"]
     for cmd in ([], ["plan"], ["analyze"], ["compare"], ["trace"], ["demo"]):

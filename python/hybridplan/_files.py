@@ -8,7 +8,9 @@
 - :func:`write_all` writes several files all or none: every file goes to a
   temporary file beside its destination first; only when all are written are
   they renamed into place (a rename within a directory does not fail for want
-  of space), and on any error the temporaries are removed.
+  of space), and on any error the temporaries are removed. Missing directories
+  (a new report directory) are made first and removed again on error, so a
+  failed command leaves no empty directory behind.
 - Files get the mode an ordinary ``open(path, "w")`` would give them: the
   existing file's mode when overwriting, else ``0o666`` less the umask
   (``mkstemp`` alone would make them ``0o600``).
@@ -70,11 +72,11 @@ def _writable_dir(d: Path, what: str) -> None:
 def write_all(files: Mapping[Path, bytes]) -> None:
     """Writes every ``path: data`` pair, all or none (see the module docstring)."""
     temps: list[tuple[str, Path]] = []
+    made: list[Path] = []  # directories this call created, parents first
     try:
         for path, data in files.items():
             path = Path(path)
-            if not path.parent.is_dir():
-                raise InvalidArgumentError(f"the directory {path.parent} does not exist")
+            made.extend(_make_parents(path.parent))
             mode = _mode_for(path)
             fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
             temps.append((tmp, path))
@@ -86,14 +88,37 @@ def write_all(files: Mapping[Path, bytes]) -> None:
         for tmp, path in temps:
             os.replace(tmp, path)
     except OSError as e:
-        for tmp, _ in temps:
-            Path(tmp).unlink(missing_ok=True)
+        _undo(temps, made)
         where = e.filename or ", ".join(str(p) for p in files)
         raise InvalidArgumentError(f"cannot write {where}: {e.strerror or e}") from None
     except BaseException:
-        for tmp, _ in temps:
-            Path(tmp).unlink(missing_ok=True)
+        _undo(temps, made)
         raise
+
+
+def _make_parents(d: Path) -> list[Path]:
+    """Makes ``d`` and its missing parents; returns those it made, outermost first."""
+    missing: list[Path] = []
+    while not d.is_dir():
+        if d.exists():
+            raise InvalidArgumentError(f"{d} is a file, not a directory")
+        missing.append(d)
+        d = d.parent
+    missing.reverse()
+    for m in missing:
+        m.mkdir()
+    return missing
+
+
+def _undo(temps: list[tuple[str, Path]], made: list[Path]) -> None:
+    """Removes the temporaries and, innermost first, the directories made for them."""
+    for tmp, _ in temps:
+        Path(tmp).unlink(missing_ok=True)
+    for d in reversed(made):
+        try:
+            d.rmdir()
+        except OSError:
+            pass  # not empty: something else wrote there meanwhile
 
 
 def atomic_write(path: Path, data: bytes) -> None:

@@ -425,7 +425,6 @@ def _cmd_plan(args: argparse.Namespace) -> int:
         files[Path(args.json)] = p.to_json().encode()
     if args.report:
         files.update(report_files({args.strategy: p}, args.strategy, args.report))
-        Path(args.report).mkdir(parents=True, exist_ok=True)
     write_all(files)  # every output or none
     print(summary_table({args.strategy: p}, p.budget))
     print(_plan_words(p))

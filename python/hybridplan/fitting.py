@@ -185,9 +185,10 @@ class _Prober:
         else:
             g = graph_bytes(self.build(n))
             if path is not None:
-                path.parent.mkdir(parents=True, exist_ok=True)
-                path.write_bytes(g[0])
-                path.with_suffix(".loss").write_text(g[1] or "")
+                from ._files import write_all
+
+                # both or neither: a cache entry is never half-written
+                write_all({path: g[0], path.with_suffix(".loss"): (g[1] or "").encode()})
         if isinstance(self.cache, dict):
             self.cache[n] = g
         return g, time.perf_counter() - t0

@@ -282,6 +282,5 @@ def write_report(
     lines of text placed under the table.
     """
     files = report_files(plans, main, out_dir, measured, notes)
-    Path(out_dir).mkdir(parents=True, exist_ok=True)
     write_all(files)
     return {path.name: path for path in files}
