@@ -70,7 +70,7 @@ def main() -> None:
     from hybridplan._graphio import graph_bytes
 
     nodes = int(args.nodes)
-    data = hybridplan.synthetic_graphdef(nodes, args.kind)
+    data = hybridplan.testing.synthetic_graphdef(nodes, args.kind)
     budget = hybridplan.analyze(data).peak_bytes // 2
     before = _rss_mib()
     t = _clock()

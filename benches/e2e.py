@@ -1,6 +1,6 @@
 """End-to-end timing of ``hybridplan.apply`` from Python, split into its parts.
 
-For synthetic training steps (``hybridplan.synthetic_graphdef``) of about 10^4, 10^5 and
+For synthetic training steps (``hybridplan.testing.synthetic_graphdef``) of about 10^4, 10^5 and
 10^6 nodes, each size in a fresh subprocess (so that the peak RSS is per size)::
 
     python benches/e2e.py                 # 10^4, 10^5, 10^6 and a traced ResNet-152
@@ -9,7 +9,7 @@ For synthetic training steps (``hybridplan.synthetic_graphdef``) of about 10^4, 
 
 Columns (seconds; each the median over ``--repeat`` runs, ``--repeat-large`` at 10^6):
 
-- ``generate``: ``hybridplan.synthetic_graphdef(n, kind)`` (bytes, made by the Rust core);
+- ``generate``: ``hybridplan.testing.synthetic_graphdef(n, kind)`` (bytes, made by the Rust core);
 - ``analyze``: ``hybridplan.analyze(bytes)`` alone;
 - ``parse``: ``GraphDef.FromString(bytes)``;
 - ``serialise``: ``GraphDef.SerializeToString()`` of the parsed graph (what ``apply`` does
@@ -91,7 +91,7 @@ def child_synthetic(nodes: int, kind: str, repeat: int) -> dict[str, Any]:
     from hybridplan.rewriting import rewrite_with_summary
 
     rss_base = _rss_mib()
-    data = hybridplan.synthetic_graphdef(nodes, kind)
+    data = hybridplan.testing.synthetic_graphdef(nodes, kind)
     peak = hybridplan.analyze(data).peak_bytes
     budget, frac, refused = _choose_budget(hybridplan, data, peak)
     del data
@@ -99,7 +99,7 @@ def child_synthetic(nodes: int, kind: str, repeat: int) -> dict[str, Any]:
     facts: dict[str, Any] = {}
     for _ in range(repeat):
         t: dict[str, float] = {}
-        t["generate"], data = _timed(hybridplan.synthetic_graphdef, nodes, kind)
+        t["generate"], data = _timed(hybridplan.testing.synthetic_graphdef, nodes, kind)
         t["analyze"], analysis = _timed(hybridplan.analyze, data)
         t["parse"], gd = _timed(graph_pb2.GraphDef.FromString, data)
         t["serialise"], serialised = _timed(gd.SerializeToString)

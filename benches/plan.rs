@@ -35,7 +35,7 @@
 //! With `HYBRIDPLAN_BENCH_FACTS=FILE`, one JSON line per benched plan is
 //! appended to FILE (group, bench, nodes, budget, outcome, chosen strategy,
 //! planned peak and step time, simulations, options), for
-//! `benches/run_all.py`'s report.
+//! `experiments/run_all.py`'s report.
 
 use std::hint::black_box;
 use std::io::Write;

@@ -9,7 +9,8 @@ import pytest
 from tensorflow.core.framework import graph_pb2
 
 import hybridplan
-from graphs import chain, node
+import hybridplan.testing
+from hybridplan.testing import node, relu_chain
 
 FIXTURE = pathlib.Path(__file__).parents[1] / "rust/core/tests/fixtures/small_cnn.pb"
 
@@ -72,7 +73,7 @@ def _reference_peak(gd: graph_pb2.GraphDef, sizes: dict[str, int]) -> int:
 
 
 def test_peak_matches_an_independent_computation():
-    gd = chain(6, size=250)
+    gd = relu_chain(6, size=250)
     sizes = {n.name: 4 * 250 for n in gd.node if n.name not in ("loss", "out")}
     sizes["loss"] = 4
     sizes["out"] = 0  # an Identity shares its input's buffer
@@ -151,7 +152,7 @@ def test_cycle_is_named():
     ids=["missing-node", "missing-output", "duplicate", "bad-ref"],
 )
 def test_invalid_graphs(mutate, match):
-    gd = chain(3)
+    gd = relu_chain(3)
     mutate(gd)
     with pytest.raises(hybridplan.InvalidGraphError, match=match):
         hybridplan.analyze(gd)
@@ -194,7 +195,7 @@ def test_a_sum_of_sizes_past_64_bits_is_an_error_not_a_saturated_peak():
 @pytest.mark.parametrize("op", ["ReadVariableOp", "AssignSubVariableOp", "ResourceApplyAdam"])
 def test_a_variable_op_without_a_resource_handle_is_refused(op):
     """A handle edited to float would be planned as data (reads cloned past the update)."""
-    gd = chain(2)
+    gd = relu_chain(2)
     node(gd, "v", "Placeholder", shapes=[[]])  # DT_FLOAT, where a DT_RESOURCE belongs
     node(gd, "r", op, ["v", "f1"], [[1000]])
     with pytest.raises(hybridplan.InvalidGraphError, match=rf"'r' \(op {op}\).*'v:0' is float32"):
@@ -207,7 +208,7 @@ def test_bad_arguments():
     with pytest.raises(hybridplan.InvalidArgumentError, match="no such file"):
         hybridplan.analyze("/nonexistent/graph.pb")
     with pytest.raises(hybridplan.InvalidArgumentError, match="loss"):
-        hybridplan.analyze(chain(2), loss="nope:0")
+        hybridplan.analyze(relu_chain(2), loss="nope:0")
 
 
 def test_analyze_a_traced_keras_cnn_step():
@@ -244,7 +245,7 @@ def test_synthetic_steps_are_graphs_tensorflow_accepts(kind):
     import tensorflow as tf
     from tensorflow.core.framework import graph_pb2
 
-    data = hybridplan.synthetic_graphdef(3000, kind, batch=2, size=8, channels=16)
+    data = hybridplan.testing.synthetic_graphdef(3000, kind, batch=2, size=8, channels=16)
     gd = graph_pb2.GraphDef.FromString(data)
     assert 2000 < len(gd.node) < 4000
     with tf.Graph().as_default():

@@ -10,9 +10,10 @@ import pytest
 from tensorflow.core.framework import graph_pb2
 
 import hybridplan
-from graphs import FLOAT, node
+import hybridplan.testing
 from hybridplan import models
 from hybridplan.runner import compile_step
+from hybridplan.testing import FLOAT, node
 
 STEPS = 3
 
@@ -276,14 +277,14 @@ def test_plan_refuses_an_identity_n_that_apply_could_not_rewrite(strategy):
 
 
 def test_a_graph_tensorflow_rejects_is_the_graphs_error_not_the_plans():
-    """Found by benches/fuzz_structured.py (execution 70639): a node whose op has no
+    """Found by tests/fuzz_structured.py (execution 70639): a node whose op has no
     outputs (NoOp) but whose output 0 is read. The core plans from structure, without
     TensorFlow's op registry, and swapped that output; the rewrite's error blamed the
     plan ("swaps[7]: ... has 0 output(s)"). It is the graph's, in TensorFlow's words."""
     from tensorflow.core.framework import graph_pb2
 
     gd = graph_pb2.GraphDef.FromString(
-        hybridplan.synthetic_graphdef(120, "mixed", batch=2, size=8, channels=8)
+        hybridplan.testing.synthetic_graphdef(120, "mixed", batch=2, size=8, channels=8)
     )
     next(n for n in gd.node if n.name == "model/block0/conv2/bn/batchnorm/mul").op = "NoOp"
     p = hybridplan.plan(gd, 41242, strategy="tflms", min_bytes=1024)

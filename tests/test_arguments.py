@@ -14,6 +14,7 @@ import pytest
 from tensorflow.core.framework import graph_pb2
 
 import hybridplan
+import hybridplan.testing
 from hybridplan import InvalidArgumentError, Plan
 
 FIXTURE = (pathlib.Path(__file__).parents[1] / "rust/core/tests/fixtures/small_cnn.pb").read_bytes()
@@ -29,7 +30,7 @@ def test_synthetic_graphdef_of_2_56_nodes_is_an_error_not_an_abort():
     code = (
         "import hybridplan\n"
         "try:\n"
-        "    hybridplan.synthetic_graphdef(2**56)\n"
+        "    hybridplan.testing.synthetic_graphdef(2**56)\n"
         "except hybridplan.InvalidArgumentError as e:\n"
         "    print('typed:', e)\n"
     )
@@ -52,7 +53,7 @@ def test_synthetic_graphdef_of_2_56_nodes_is_an_error_not_an_abort():
 )
 def test_synthetic_graphdef_refuses_instead_of_clamping(kwargs, match):
     with pytest.raises(InvalidArgumentError, match=match):
-        hybridplan.synthetic_graphdef(**kwargs)
+        hybridplan.testing.synthetic_graphdef(**kwargs)
 
 
 def test_the_core_checks_synthetic_sizes_too():
@@ -229,7 +230,7 @@ def test_plan_prints_in_words(peak):
     fits = repr(hybridplan.plan(FIXTURE, peak))
     assert "'hybrid': the step already fits" in fits
     assert "strategy='none'" not in fits and "KiB)" in fits
-    gd = hybridplan.synthetic_graphdef(300, "residual", batch=4, size=16)
+    gd = hybridplan.testing.synthetic_graphdef(300, "residual", batch=4, size=16)
     a = hybridplan.analyze(gd)
     p = hybridplan.plan(gd, a.persistent_bytes + (a.peak_bytes - a.persistent_bytes) * 3 // 4)
     text = repr(p)
@@ -247,7 +248,7 @@ def test_budget_error_messages_name_the_strategy_and_units(peak):
     assert "by strategy 'hybrid';" in msg and "'hybrid;" not in msg
     assert "the variables and optimizer slots alone take 63804 bytes (62.3 KiB)" in msg
     assert e.value.strategy == "hybrid"
-    gd = hybridplan.synthetic_graphdef(300, "residual", batch=4, size=16)
+    gd = hybridplan.testing.synthetic_graphdef(300, "residual", batch=4, size=16)
     g = hybridplan.analyze(gd)
     tight = g.persistent_bytes + (g.peak_bytes - g.persistent_bytes) // 20
     with pytest.raises(hybridplan.BudgetError) as e:
@@ -257,7 +258,7 @@ def test_budget_error_messages_name_the_strategy_and_units(peak):
 
 
 def test_tflms_with_parameters_reports_strategy_tflms():
-    gd = hybridplan.synthetic_graphdef(300, "residual", batch=4, size=16)
+    gd = hybridplan.testing.synthetic_graphdef(300, "residual", batch=4, size=16)
     a = hybridplan.analyze(gd)
     budget = a.persistent_bytes + (a.peak_bytes - a.persistent_bytes) * 9 // 10
     p = hybridplan.plan(gd, budget, strategy="tflms", tflms={"threshold": 0, "ahead": 1})

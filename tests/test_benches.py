@@ -1,10 +1,11 @@
-"""Smoke tests of the Python benchmarks.
+"""Smoke tests of the Python benchmarks (``benches/``) and of the benchmark report
+(``experiments/run_all.py``), each run in a subprocess as a user runs it: no test imports
+from ``benches/`` or ``experiments/``.
 
-``e2e.py`` and ``grappler_compare.py`` run with ``--quick`` in a subprocess (as a user
-would run them), on a 10^4-node synthetic graph; together they take about 15 s.
-``run_all.py``'s collection and report run in-process on a small made-up result (a
-criterion directory, facts lines, e2e rows), so that the report cannot rot unseen;
-nothing there is timed.
+``e2e.py`` and ``grappler_compare.py`` run with ``--quick`` on a 10^4-node synthetic
+graph; together they take about 15 s. ``run_all.py`` collects a made-up criterion
+directory and renders a report from a made-up result (facts lines, e2e rows), so that
+the report cannot rot unseen; nothing there is timed.
 """
 
 from __future__ import annotations
@@ -19,17 +20,19 @@ from pathlib import Path
 
 import pytest
 
-BENCHES = Path(__file__).resolve().parent.parent / "benches"
+ROOT = Path(__file__).resolve().parent.parent
+BENCHES = ROOT / "benches"
+RUN_ALL = ROOT / "experiments" / "run_all.py"
 needs_tf = pytest.mark.skipif(
     importlib.util.find_spec("tensorflow") is None, reason="needs TensorFlow"
 )
 
 
-def _run(script: str, tmp_path: Path) -> tuple[str, list[dict]]:
+def _run(script: Path, tmp_path: Path) -> tuple[str, list[dict]]:
     out = tmp_path / "out.json"
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
     proc = subprocess.run(
-        [sys.executable, str(BENCHES / script), "--quick", "--json", str(out)],
+        [sys.executable, str(script), "--quick", "--json", str(out)],
         capture_output=True,
         text=True,
         timeout=120,
@@ -41,7 +44,7 @@ def _run(script: str, tmp_path: Path) -> tuple[str, list[dict]]:
 
 @needs_tf
 def test_e2e_quick(tmp_path):
-    text, rows = _run("e2e.py", tmp_path)
+    text, rows = _run(BENCHES / "e2e.py", tmp_path)
     assert "| graph | nodes |" in text and "mixed 1e4" in text
     (row,) = rows
     assert row["nodes"] > 9000
@@ -73,7 +76,7 @@ def test_apply_once_small(writer):
 
 @needs_tf
 def test_grappler_compare_quick(tmp_path):
-    text, rows = _run("grappler_compare.py", tmp_path)
+    text, rows = _run(ROOT / "experiments" / "grappler_compare.py", tmp_path)
     assert "Grappler HEURISTICS" in text and "hybridplan hybrid" in text
     (row,) = rows
     hp = row["hybridplan"]
@@ -103,12 +106,17 @@ def test_grappler_compare_quick(tmp_path):
 # run_all.py: collection and report on a made-up result.
 
 
-@pytest.fixture(scope="module")
-def run_all():
-    spec = importlib.util.spec_from_file_location("hybridplan_run_all", BENCHES / "run_all.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+def _run_all(*args: str) -> subprocess.CompletedProcess:
+    proc = subprocess.run(
+        [sys.executable, str(RUN_ALL), *args], capture_output=True, text=True, timeout=60
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return proc
+
+
+def _collect(root: Path, since: float = 0.0) -> list[dict]:
+    """``run_all.collect_criterion`` on ``root``, through the script's command line."""
+    return json.loads(_run_all("--collect-criterion", str(root), "--since", str(since)).stdout)
 
 
 def _write_result(root: Path, group: str, bench: str, nodes: int, ns: float) -> None:
@@ -180,24 +188,53 @@ def _memory(rss_peak: int) -> dict:
     return {"analyze": analysed, "plan": {**common, "rss_peak": rss_peak}}
 
 
-def test_collect_criterion_reads_only_this_runs_results(run_all, tmp_path):
+def test_collect_criterion_reads_only_this_runs_results(tmp_path):
     root = _made_up(tmp_path)
-    rows = run_all.collect_criterion(root)
+    rows = _collect(root)
     row = next(r for r in rows if (r["group"], r["bench"]) == ("plan_mixed_1e4", "hybrid"))
     assert row["nodes"] == 10_000 and row["median_ns"] == 1e6
     assert (row["min_ns"], row["max_ns"]) == (1e6, 1.1e6)
     old = root / "mixed_1e3" / "schedule" / "new" / "estimates.json"
     os.utime(old, (1, 1))  # an older run's result is left out
-    since = run_all.collect_criterion(root, since=1000.0)
+    since = _collect(root, since=1000.0)
     assert ("mixed_1e3", "schedule") not in {(r["group"], r["bench"]) for r in since}
     assert len(since) == len(rows) - 1
 
 
-def test_report_marks_each_target(run_all, tmp_path):
+def _meta() -> dict:
+    return {
+        "cpu": "made up",
+        "cores": 2,
+        "cores_usable": 2,
+        "memory_bytes": 2**34,
+        "os": "Linux",
+        "python": "3.11",
+        "rustc": "rustc 1.80",
+        "commit": "0" * 40,
+        "dirty": [],
+        "date": "2026-12-01 00:00 UTC",
+        "command": "python experiments/run_all.py --made-up",
+        "extension": {},
+        "steps": [],
+    }
+
+
+def _render(tmp_path: Path, results: dict) -> tuple[str, list[str]]:
+    """The report ``--from-json`` writes and the verdict lines it prints, in order."""
+    saved, out = tmp_path / "results.json", tmp_path / "report.md"
+    saved.write_text(json.dumps(results))
+    proc = _run_all("--from-json", str(saved), "--out", str(out))
+    lines = proc.stderr.splitlines()
+    after = next(i for i, x in enumerate(lines) if x.startswith("wrote ")) + 1
+    verdicts = [x.strip().split("  ", 1)[0] for x in lines[after:]]
+    return out.read_text(), verdicts
+
+
+def test_report_marks_each_target(tmp_path):
     results = {
-        "meta": run_all.machine(["--made-up"]),
+        "meta": _meta(),
         "quick": False,
-        "criterion": run_all.collect_criterion(_made_up(tmp_path)),
+        "criterion": _collect(_made_up(tmp_path)),
         "facts": _facts(),
         "traced": [{"model": "small_cnn", "args": "(defaults)", "seconds": 3.0}],
         "e2e": [_e2e_row(10_000, 0.05), _e2e_row(1_000_000, 6.0)],
@@ -206,12 +243,13 @@ def test_report_marks_each_target(run_all, tmp_path):
     results["meta"]["steps"] = [
         {"step": "criterion", "seconds": 60.0, "load_before": [1, 2, 3], "load_after": [2, 2, 2]}
     ]
-    verdicts = {t["target"]: t["met"] for t in run_all.targets(results)}
+    text, verdicts = _render(tmp_path, results)
     # 1 ms at 10^6 nodes; 6 s apply; 1.5 GB; 1.0x and 2.0x per node against 10^4.
-    assert list(verdicts.values()) == [True, False, True, True, False]
-
-    text = run_all.render(results)
-    assert "## Targets" in text and "**not met**" in text
+    met, not_met = "**met**", "**not met**"
+    assert verdicts == [met, not_met, met, met, not_met]
+    rows = [x for x in text.splitlines() if x.endswith((f"| {met} |", f"| {not_met} |"))]
+    assert [r.rsplit("|", 2)[1].strip() for r in rows] == verdicts  # the same, in the report
+    assert "`apply` end to end of 10^6 nodes < 5 s | 6.00 s" in text
     # The scaling table: 100 ns per node, and the 2.00x of `hybrid` at 10^6.
     hybrid_row = next(x for x in text.splitlines() if x.startswith("| `hybrid` |"))
     assert "| 100.0 |" in hybrid_row and hybrid_row.endswith("| 2.00x |")
@@ -221,17 +259,13 @@ def test_report_marks_each_target(run_all, tmp_path):
     assert "| small_cnn |" in text and "| mixed 1e6 |" in text  # real graphs, e2e
     assert "1M nodes, empty plan" in text  # simulate
     assert "2.00x (`plan_mixed_1e6/hybrid` per node, medians; fastest samples 2.00x)" in text
-
-    # The command line re-renders a saved result without running anything.
-    saved, out = tmp_path / "results.json", tmp_path / "report.md"
-    saved.write_text(json.dumps(results))
-    run_all.main(["--from-json", str(saved), "--out", str(out)])
-    assert "rendered again from its saved figures" in out.read_text()
+    # Re-rendered without running anything, and saying so.
+    assert "rendered again from its saved figures" in text
 
 
-def test_report_without_a_1e6_run_says_not_measured(run_all, tmp_path):
-    crit = [r for r in run_all.collect_criterion(_made_up(tmp_path)) if "1e6" not in r["group"]]
-    results = {"meta": run_all.machine([]), "quick": True, "criterion": crit, "facts": []}
-    assert {t["met"] for t in run_all.targets(results)} == {None}
-    text = run_all.render(results)
+def test_report_without_a_1e6_run_says_not_measured(tmp_path):
+    crit = [r for r in _collect(_made_up(tmp_path)) if "1e6" not in r["group"]]
+    results = {"meta": _meta(), "quick": True, "criterion": crit, "facts": []}
+    text, verdicts = _render(tmp_path, results)
+    assert verdicts == ["not measured"] * 5
     assert "Smoke run" in text and "not measured" in text

@@ -17,7 +17,7 @@ import tensorflow as tf
 
 import hybridplan
 from hybridplan.inlining import CALL_OPS, inline_calls
-from hybridplan.trial import same_bits, side_by_side
+from hybridplan.trialing import same_bits, side_by_side
 
 X_SPEC = tf.TensorSpec([256, 64])
 Y_SPEC = tf.TensorSpec([256], tf.int32)

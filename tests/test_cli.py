@@ -11,6 +11,7 @@ import pytest
 from tensorflow.core.framework import graph_pb2
 
 import hybridplan
+import hybridplan.testing
 from hybridplan import _files
 from hybridplan._backend import workspace_rule
 from hybridplan.cli import EXIT_BAD_INPUT, EXIT_BUDGET, main
@@ -21,7 +22,7 @@ FIXTURE = pathlib.Path(__file__).parents[1] / "rust/core/tests/fixtures/small_cn
 @pytest.fixture(scope="module")
 def synth(tmp_path_factory):
     path = tmp_path_factory.mktemp("g") / "synth.pb"
-    path.write_bytes(hybridplan.synthetic_graphdef(5_000, "residual", batch=4, size=16))
+    path.write_bytes(hybridplan.testing.synthetic_graphdef(5_000, "residual", batch=4, size=16))
     # The plans below are for GPU presets (a100-pcie4, the default v100-nvlink2): half
     # of the peak under their workspace rule, not the CPU kernels' this analysis would
     # otherwise model (with oneDNN off their scratch doubles the peak, and half of that

@@ -17,7 +17,7 @@ from tensorflow.core.framework import graph_pb2, types_pb2
 
 from hybridplan import models
 from hybridplan.rewriting import rewrite_with_summary
-from hybridplan.trial import same_bits, side_by_side
+from hybridplan.trialing import same_bits, side_by_side
 
 # a, b, c = -x, -y, -z; s = AddN(b, c, a); Grappler sums it as sorted: (a + b) + c.
 # With x = 1e8, y = -1e8, z = 1 that is (-1e8 + 1e8) + -1 = -1, while (b + c) + a (the

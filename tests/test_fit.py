@@ -11,6 +11,7 @@ from __future__ import annotations
 import pytest
 
 import hybridplan
+import hybridplan.testing
 from hybridplan.cli import main as cli_main
 from hybridplan.errors import BudgetError, InvalidArgumentError
 
@@ -19,7 +20,7 @@ DEV = "v100-nvlink2"
 
 
 def synth(size: int) -> bytes:
-    return hybridplan.synthetic_graphdef(400, "residual", batch=4, size=size, channels=16)
+    return hybridplan.testing.synthetic_graphdef(400, "residual", batch=4, size=size, channels=16)
 
 
 @pytest.fixture(scope="module")

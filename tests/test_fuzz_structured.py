@@ -1,18 +1,13 @@
-"""The structure-aware fuzzer (benches/fuzz_structured.py) at a modest count: valid
+"""The structure-aware fuzzer (tests/fuzz_structured.py) at a modest count: valid
 training steps mutated at the node level, planned with every strategy and option,
 applied and re-analysed. Every execution must end in a typed error before the plan,
 or in a plan within its budget that applies and whose rewritten graph analyses.
 
 The long run (10^5 executions, docs/reliability.md) is
-``python benches/fuzz_structured.py --execs 100000 --out fuzz-out/``.
+``python tests/fuzz_structured.py --execs 100000 --out fuzz-out/``.
 """
 
 from __future__ import annotations
-
-import pathlib
-import sys
-
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent / "benches"))
 
 import fuzz_structured
 

@@ -12,6 +12,7 @@ import sys
 import pytest
 
 import hybridplan
+import hybridplan.testing
 
 GPU = pathlib.Path(__file__).parents[1] / "experiments" / "gpu"
 sys.path.insert(0, str(GPU))
@@ -27,7 +28,7 @@ NO_TORCH = (
 
 @pytest.fixture(scope="module")
 def replays():
-    g = hybridplan.synthetic_graphdef(600, "mixed", batch=4, size=16)
+    g = hybridplan.testing.synthetic_graphdef(600, "mixed", batch=4, size=16)
     a = hybridplan.analyze(g)
     b = a.persistent_bytes + (a.peak_bytes - a.persistent_bytes) * 8 // 10
     out = {"none": hybridplan.replay(g, budget=a.peak_bytes, device="h200-pcie5")}

@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 import hybridplan
+import hybridplan.testing
 from hybridplan.cli import main as cli_main
 from hybridplan.errors import BudgetError, HostBudgetError, InvalidArgumentError
 
@@ -22,7 +23,7 @@ HOST = "/device:CPU:1"
 
 @pytest.fixture(scope="module")
 def synth():
-    g = hybridplan.synthetic_graphdef(2000, "residual", batch=8, size=64, channels=32)
+    g = hybridplan.testing.synthetic_graphdef(2000, "residual", batch=8, size=64, channels=32)
     a = hybridplan.analyze(g)
     return g, a.persistent_bytes + int(0.6 * (a.peak_bytes - a.persistent_bytes))
 
@@ -71,7 +72,7 @@ def test_auto_host_budget_is_this_machine_less_the_reserve_for_the_cpu_device():
     assert phys > 0
     expect = phys - max(int(phys * HOST_RESERVE), HOST_RESERVE_MIN)
     assert auto_host_budget({"name": "cpu"}) == expect
-    g = hybridplan.synthetic_graphdef(500, "residual", batch=2, size=16, channels=8)
+    g = hybridplan.testing.synthetic_graphdef(500, "residual", batch=2, size=16, channels=8)
     assert hybridplan.plan(g, 1 << 40, device="cpu").host_budget == expect
 
 

@@ -18,6 +18,7 @@ import tensorflow as tf
 from tensorflow.core.framework import step_stats_pb2
 
 import hybridplan
+import hybridplan.testing
 from hybridplan import _core
 from hybridplan.errors import InvalidArgumentError
 from hybridplan.measuring import (
@@ -342,7 +343,7 @@ def test_workspace_rule_is_the_running_tensorflows():
     assert workspace_rule("auto") == rule  # an analysis: compared with CPU measurements
     assert workspace_rule(None, hybridplan.device_model("cpu")) == "none"
     with pytest.raises(hybridplan.InvalidArgumentError, match="workspace rule"):
-        hybridplan.analyze(hybridplan.synthetic_graphdef(200), workspace="tpu")
+        hybridplan.analyze(hybridplan.testing.synthetic_graphdef(200), workspace="tpu")
 
 
 def test_onednn_leaves_the_types_this_cpu_lacks_to_tensorflows_kernels():
@@ -355,7 +356,7 @@ def test_onednn_leaves_the_types_this_cpu_lacks_to_tensorflows_kernels():
     assert onednn_own_kernel_types({"avx512f", "avx512bw", "avx512_bf16"}) == ["half"]
     assert onednn_own_kernel_types({"avx512f", "avx512bw", "avx512_fp16"}) == []
     assert onednn_own_kernel_types({"avx2", "avx_ne_convert"}) == []
-    g = hybridplan.synthetic_graphdef(200)
+    g = hybridplan.testing.synthetic_graphdef(200)
     for spec in ("cpu-onednn:2:33554432:half", "cpu-onednn:2:33554432:bfloat16,half"):
         assert hybridplan.analyze(g, workspace=spec).peak_bytes > 0
 
@@ -368,7 +369,7 @@ def test_auto_workspace_follows_the_device_models_kernels_not_its_name(monkeypat
     from hybridplan._backend import cpu_workspace_rule
 
     monkeypatch.delenv("TF_CUDNN_WORKSPACE_LIMIT_IN_MB", raising=False)
-    g = hybridplan.synthetic_graphdef(200)
+    g = hybridplan.testing.synthetic_graphdef(200)
     slow = hybridplan.device_model("cpu", name="slow-link", h2d_bandwidth=2e8)
     assert slow["kernels"] == "cpu"
     budget = "100GiB"

@@ -15,7 +15,7 @@ from __future__ import annotations
 import pytest
 
 from hybridplan import models
-from hybridplan.trial import trial
+from hybridplan.trialing import trial
 
 #: Scratch the rule leaves out: oneDNN's own (12,336 bytes per convolution measured) and
 #: an Eigen bfloat16 ``MatMul``'s (49,232 bytes), docs/devices.md.

@@ -1,7 +1,7 @@
 """strategy='optimal': the exact solver agrees with the simulator and beats every heuristic.
 
 Runs the real solver (HiGHS through scipy) on small training-shaped graphs
-(``benches/small_graphs.py``); about 30 s in all. The comparisons run in the
+(``hybridplan.testing.families``); about 30 s in all. The comparisons run in the
 formulation's memory model (``separate_buffers=True``: no in-place forwarding),
 where the optimum is exact.
 """
@@ -9,19 +9,16 @@ where the optimum is exact.
 from __future__ import annotations
 
 import json
-import sys
-from pathlib import Path
 
 import pytest
 
 pytest.importorskip("scipy")
 
 import hybridplan
+import hybridplan.testing
 from hybridplan import _core, optimal
 from hybridplan.errors import BudgetError, InvalidArgumentError
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benches"))
-import small_graphs
+from hybridplan.testing import families
 
 DEVICE = "a100-pcie4"
 HEURISTICS = ("swap", "recompute", "hybrid-paper", "hybrid")
@@ -36,7 +33,7 @@ CASES = [
 
 
 def _graph(fam: str, size: int, seed: int) -> tuple[bytes, str, int]:
-    _, data, loss = small_graphs.family(fam, size, seed)
+    _, data, loss = families.family(fam, size, seed)
     return data, loss, hybridplan.analyze(data, loss=loss, separate_buffers=True).peak_bytes
 
 
@@ -126,7 +123,7 @@ def test_a_graph_that_fits_needs_no_plan():
 
 
 def test_a_graph_too_big_is_refused_naming_the_limit():
-    data = hybridplan.synthetic_graphdef(2000, "residual")
+    data = hybridplan.testing.synthetic_graphdef(2000, "residual")
     with pytest.raises(InvalidArgumentError, match=f"at most {optimal.MAX_NODES} nodes"):
         hybridplan.plan(data, 1 << 20, strategy="optimal")
 

@@ -9,6 +9,7 @@ import pathlib
 import pytest
 
 import hybridplan
+import hybridplan.testing
 from hybridplan.planning import parse_bytes
 
 FIXTURE = pathlib.Path(__file__).parents[1] / "rust/core/tests/fixtures/small_cnn.pb"
@@ -16,7 +17,7 @@ FIXTURE = pathlib.Path(__file__).parents[1] / "rust/core/tests/fixtures/small_cn
 
 @pytest.fixture(scope="module")
 def synth():
-    data = hybridplan.synthetic_graphdef(10_000, "mixed", batch=4, size=16)
+    data = hybridplan.testing.synthetic_graphdef(10_000, "mixed", batch=4, size=16)
     a = hybridplan.analyze(data)
     return data, a
 
@@ -316,7 +317,7 @@ def test_chen_recomputes_disjoint_spans_about_sqrt_many(synth):
 def test_a_forward_only_graph_has_nothing_to_plan():
     from tensorflow.core.framework import graph_pb2
 
-    from graphs import node
+    from hybridplan.testing import node
 
     gd = graph_pb2.GraphDef()
     node(gd, "x", "Placeholder", shapes=[[1000]])
@@ -339,9 +340,9 @@ def test_control_flow_in_the_update_is_planned_around(op):
     op is refused, naming the node."""
     from tensorflow.core.framework import graph_pb2
 
-    from graphs import RESOURCE, chain, node
+    from hybridplan.testing import RESOURCE, node, relu_chain
 
-    gd = chain(8, size=100_000)
+    gd = relu_chain(8, size=100_000)
     node(gd, "v", "VarHandleOp", shapes=[[]], dtype=RESOURCE)
     node(gd, "cond_update", op, ["g1"], [[100_000]])
     node(gd, "assign", "AssignVariableOp", ["v", "cond_update"], [])

@@ -1,6 +1,6 @@
 """hybrid against the exact optimum on small graphs, and the plans that close the gap.
 
-Graphs from ``benches/small_graphs.py`` on ``a100-pcie4`` (a 4 MiB activation
+Graphs from ``hybridplan.testing.families`` on ``a100-pcie4`` (a 4 MiB activation
 takes 178 us to copy, a layer 30-40 us to compute): swap-outs queue on the
 device-to-host engine, and the fast plans recompute from swapped-in
 checkpoints. See docs/optimality.md.
@@ -8,15 +8,10 @@ checkpoints. See docs/optimality.md.
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import pytest
 
 import hybridplan
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benches"))
-import small_graphs
+from hybridplan.testing import families
 
 DEVICE = "a100-pcie4"
 
@@ -24,7 +19,7 @@ DEVICE = "a100-pcie4"
 def _plan(fam: str, size: int, seed: int, frac: float, strategy: str, **kw):
     """Planned in the exact formulation's memory model (every output a buffer of its
     own), in which the optimum is exact and these graphs were sized."""
-    _, data, loss = small_graphs.family(fam, size, seed)
+    _, data, loss = families.family(fam, size, seed)
     budget = int(hybridplan.analyze(data, loss=loss, separate_buffers=True).peak_bytes * frac)
     kw.setdefault("separate_buffers", True)
     p = hybridplan.plan(data, budget, strategy=strategy, device=DEVICE, loss=loss, **kw)

@@ -1,4 +1,4 @@
-"""The Keras-remat comparison (benches/remat_compare.py): its Keras variants really trace,
+"""The Keras-remat comparison (experiments/remat_compare.py): its Keras variants really trace,
 run and rematerialise, and hybridplan's plan at a matched budget measures at or below
 the Keras variant's peak while computing the original's losses bit for bit."""
 
@@ -16,7 +16,7 @@ keras = pytest.importorskip("keras")
 
 from hybridplan import models  # noqa: E402
 
-PATH = Path(__file__).resolve().parent.parent / "benches" / "remat_compare.py"
+PATH = Path(__file__).resolve().parent.parent / "experiments" / "remat_compare.py"
 SMALL = dict(size=32, batch=8, blocks=2)
 
 

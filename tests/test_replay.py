@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 import hybridplan
+import hybridplan.testing
 from hybridplan import InvalidArgumentError, _core, device_model
 from hybridplan._backend import workspace_rule
 from hybridplan.cli import EXIT_BAD_INPUT, main
@@ -24,7 +25,7 @@ STRATEGIES = ("swap", "recompute", "hybrid")
 @pytest.fixture(scope="module")
 def step(tmp_path_factory):
     path = tmp_path_factory.mktemp("g") / "synth.pb"
-    path.write_bytes(hybridplan.synthetic_graphdef(600, "mixed", batch=4, size=16))
+    path.write_bytes(hybridplan.testing.synthetic_graphdef(600, "mixed", batch=4, size=16))
     # Half of the peak under the workspace rule the h200 plans use (the CPU kernels'
     # scratch, with oneDNN off, is no part of a GPU plan).
     a = hybridplan.analyze(path, workspace=workspace_rule("auto", device_model("h200-pcie5")))

@@ -9,12 +9,13 @@ import numpy as np
 import pytest
 
 import hybridplan
+import hybridplan.testing
 from hybridplan import report
 
 
 @pytest.fixture(scope="module")
 def swap_plan():
-    gd = hybridplan.synthetic_graphdef(300, "residual", batch=4, size=16)
+    gd = hybridplan.testing.synthetic_graphdef(300, "residual", batch=4, size=16)
     a = hybridplan.analyze(gd)
     budget = a.persistent_bytes + (a.peak_bytes - a.persistent_bytes) * 3 // 4
     return hybridplan.plan(gd, budget, strategy="swap")

@@ -15,11 +15,11 @@ import pytest
 import tensorflow as tf
 from tensorflow.core.framework import graph_pb2, types_pb2
 
-from graphs import chain
 from hybridplan.errors import InvalidArgumentError, UnsupportedGraphError
 from hybridplan.models import small_cnn
 from hybridplan.rewriting import DO_NOT_REMOVE, rewrite, rewrite_with_summary
 from hybridplan.runner import compile_step
+from hybridplan.testing import relu_chain
 from hybridplan.verification import NodesRemovedError, verify, verify_run_metadata
 
 STEPS = 3
@@ -420,7 +420,7 @@ def test_multi_output_dtype_and_output_index():
 
 def test_python_cost_follows_the_plan_not_the_graph():
     """A one-swap plan on a 100k-node graph costs about one C++ copy, not a Python loop."""
-    big = chain(50_000)
+    big = relu_chain(50_000)
     t0 = time.perf_counter()
     copy = graph_pb2.GraphDef()
     copy.CopyFrom(big)

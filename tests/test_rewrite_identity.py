@@ -20,6 +20,7 @@ from tensorflow.core.framework import graph_pb2
 
 import _rewriting_reference as reference
 import hybridplan
+import hybridplan.testing
 from hybridplan import models
 from hybridplan.rewriting import rewrite_with_summary
 
@@ -51,7 +52,7 @@ def _same(data: bytes, plan: dict, target: str) -> None:
 
 @pytest.mark.parametrize(("kind", "n", "strategy", "fraction", "target"), CASES)
 def test_rewrite_equals_the_writer_before(kind, n, strategy, fraction, target):
-    data = hybridplan.synthetic_graphdef(n, kind)
+    data = hybridplan.testing.synthetic_graphdef(n, kind)
     peak = hybridplan.analyze(data).peak_bytes
     plan = hybridplan.plan(data, int(peak * fraction), strategy=strategy).rewrite_spec()
     assert plan["swaps"] or plan["recomputes"]

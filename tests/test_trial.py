@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 
 from hybridplan import models
-from hybridplan.trial import same_bits, side_by_side, trial
+from hybridplan.trialing import same_bits, side_by_side, trial
 
 
 def test_measured_peak_within_budget_and_below_60_percent():

@@ -30,7 +30,6 @@ from .planning import (
     device_presets,
     parse_bytes,
     plan,
-    synthetic_graphdef,
 )
 from .replaying import REPLAY_VERSION, replay, save_replay
 
@@ -51,6 +50,7 @@ __all__ = [
     "Result",
     "ShapeError",
     "Traced",
+    "Trial",
     "UnsupportedGraphError",
     "analyze",
     "apply",
@@ -68,10 +68,10 @@ __all__ = [
     "replay",
     "rewrite",
     "save_replay",
-    "synthetic_graphdef",
     "trace",
     "trace_concrete",
     "trace_keras",
+    "trial",
     "verify",
 ]
 
@@ -97,11 +97,13 @@ _LAZY = {
     "calibrate": "profiling",
     "fit": "fitting",
     "Fit": "fitting",
+    "trial": "trialing",
+    "Trial": "trialing",
 }
-# Submodules that need TensorFlow, importable as attributes (``hybridplan.models``).
-# (``trial`` is not one: its module shares the function's name, so the function is
-# ``from hybridplan.trial import trial``.)
-_SUBMODULES = {"models"}
+# Submodules importable as attributes, loaded on first use: ``hybridplan.models`` (needs
+# TensorFlow) and ``hybridplan.testing`` (graphs for tests and experiments, not in
+# ``__all__``).
+_SUBMODULES = {"models", "testing"}
 
 
 def __getattr__(name: str) -> Any:
@@ -111,3 +113,8 @@ def __getattr__(name: str) -> Any:
     if module is None:
         raise AttributeError(f"module 'hybridplan' has no attribute {name!r}")
     return getattr(importlib.import_module(f".{module}", __name__), name)
+
+
+def __dir__() -> list[str]:
+    """The public names (``__all__``), the lazily loaded ones included."""
+    return list(__all__)

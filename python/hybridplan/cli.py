@@ -596,7 +596,7 @@ def _cmd_trial(args: argparse.Namespace) -> int:
     from . import models
     from ._progress import stages
     from .report import fmt_bytes, summary_table, write_report
-    from .trial import trial
+    from .trialing import trial
 
     tf.config.experimental.enable_op_determinism()
     with stages(2) as stage:

@@ -115,7 +115,7 @@ def _stage_plan(out: Path, kw: dict) -> None:
 def _stage_run(out: Path) -> bool:
     from . import models
     from .report import fmt_bytes, write_report
-    from .trial import trial
+    from .trialing import trial
 
     _say(
         "\n== 2. A real training step, rewritten and run on CPU emulation "

@@ -21,11 +21,16 @@
 //! | export | [`export`] | the problem as plain data for exact solvers; an outside plan judged |
 //! | replay | [`replay`] | a plan as a self-contained program for a GPU runner (`experiments/gpu`) |
 //!
+//! `synth` (synthetic training steps, for tests, benchmarks and
+//! experiments) is compiled with the `testing` feature only.
+//!
 //! ```
+//! # #[cfg(feature = "testing")] {
 //! use hybridplan_core::{analyze, build::BuildOptions, synth};
 //! let bytes = synth::residual_graphdef(&synth::SynthSpec { blocks: 2, ..Default::default() });
 //! let a = analyze(&bytes, &BuildOptions::default()).unwrap();
 //! assert!(a.liveness.peak_bytes > a.graph.persistent_bytes);
+//! # }
 //! ```
 
 pub mod api;
@@ -49,6 +54,7 @@ pub mod plan;
 pub mod replay;
 pub mod schedule;
 pub mod simulate;
+#[cfg(feature = "testing")]
 pub mod synth;
 pub mod untimed;
 pub(crate) mod wire;

@@ -258,12 +258,15 @@ impl<'a> Scan<'a> {
     }
 }
 
-/// A protobuf writer (used by the synthetic generator and tests).
+/// A protobuf writer (used by the synthetic generator and tests: compiled
+/// with the `testing` feature only).
+#[cfg(feature = "testing")]
 #[derive(Default)]
 pub(crate) struct Writer {
     pub(crate) buf: Vec<u8>,
 }
 
+#[cfg(feature = "testing")]
 impl Writer {
     pub(crate) fn varint(&mut self, mut v: u64) {
         while v >= 0x80 {

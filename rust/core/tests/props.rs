@@ -20,6 +20,7 @@ use hybridplan_core::inplace;
 use hybridplan_core::liveness::{liveness, Liveness};
 use hybridplan_core::opkind;
 use hybridplan_core::schedule::{schedule, Schedule};
+use hybridplan_core::synth::encode::{len_field, shape, varint_field};
 use hybridplan_core::synth::{self, SynthKind, SynthSpec};
 use hybridplan_core::{analyze, analyze_graph, PlanError};
 use proptest::collection::vec;
@@ -475,41 +476,6 @@ proptest! {
 // ---------------------------------------------------------------------------
 // Untrusted bytes: Ok or Err, never a panic.
 
-fn varint(out: &mut Vec<u8>, mut v: u64) {
-    while v >= 0x80 {
-        out.push(v as u8 | 0x80);
-        v >>= 7;
-    }
-    out.push(v as u8);
-}
-
-fn field(out: &mut Vec<u8>, f: u32, payload: &[u8]) {
-    varint(out, u64::from(f) << 3 | 2);
-    varint(out, payload.len() as u64);
-    out.extend_from_slice(payload);
-}
-
-fn varint_field(out: &mut Vec<u8>, f: u32, v: u64) {
-    varint(out, u64::from(f) << 3);
-    varint(out, v);
-}
-
-/// A `TensorShapeProto`: `None` is an unknown rank.
-fn shape_bytes(dims: &Option<Vec<i64>>) -> Vec<u8> {
-    let mut s = Vec::new();
-    match dims {
-        None => varint_field(&mut s, 3, 1),
-        Some(dims) => {
-            for &d in dims {
-                let mut dim = Vec::new();
-                varint_field(&mut dim, 1, d as u64);
-                field(&mut s, 2, &dim);
-            }
-        }
-    }
-    s
-}
-
 /// A random `NodeDef`: mostly well formed (unique names, inputs naming
 /// existing nodes, float dtype, known shapes), with some of every defect
 /// (duplicate names, cycles, missing outputs, bad dtypes and dimensions).
@@ -554,8 +520,8 @@ fn graphdef_bytes(nodes: &[FuzzNode]) -> Vec<u8> {
     for (i, n) in nodes.iter().enumerate() {
         let mut b = Vec::new();
         let name = n.dup.map_or(i, |d| d % nodes.len());
-        field(&mut b, 1, format!("n{name}").as_bytes());
-        field(&mut b, 2, OPS[n.op % OPS.len()].as_bytes());
+        len_field(&mut b, 1, format!("n{name}").as_bytes());
+        len_field(&mut b, 2, OPS[n.op % OPS.len()].as_bytes());
         for &(src, k, ctl) in &n.inputs {
             // Mostly an earlier node; sometimes a later one (maybe a cycle).
             let src = match i {
@@ -568,29 +534,29 @@ fn graphdef_bytes(nodes: &[FuzzNode]) -> Vec<u8> {
                 (false, 0) => format!("n{src}"),
                 (false, k) => format!("n{src}:{k}"),
             };
-            field(&mut b, 3, s.as_bytes());
+            len_field(&mut b, 3, s.as_bytes());
         }
         if let Some(d) = n.dtype {
             let mut v = Vec::new();
             varint_field(&mut v, 6, u64::from(d));
             let mut e = Vec::new();
-            field(&mut e, 1, if n.op % 2 == 0 { b"T" } else { b"dtype" });
-            field(&mut e, 2, &v);
-            field(&mut b, 5, &e);
+            len_field(&mut e, 1, if n.op % 2 == 0 { b"T" } else { b"dtype" });
+            len_field(&mut e, 2, &v);
+            len_field(&mut b, 5, &e);
         }
         if let Some(shapes) = &n.shapes {
             let mut list = Vec::new();
             for s in shapes {
-                field(&mut list, 7, &shape_bytes(s));
+                len_field(&mut list, 7, &shape(s.as_deref()));
             }
             let mut v = Vec::new();
-            field(&mut v, 1, &list);
+            len_field(&mut v, 1, &list);
             let mut e = Vec::new();
-            field(&mut e, 1, b"_output_shapes");
-            field(&mut e, 2, &v);
-            field(&mut b, 5, &e);
+            len_field(&mut e, 1, b"_output_shapes");
+            len_field(&mut e, 2, &v);
+            len_field(&mut b, 5, &e);
         }
-        field(&mut g, 1, &b);
+        len_field(&mut g, 1, &b);
     }
     g
 }
@@ -636,23 +602,23 @@ proptest! {
 #[test]
 fn a_huge_output_index_is_an_error_not_a_panic() {
     let mut a = Vec::new();
-    field(&mut a, 1, b"a");
-    field(&mut a, 2, b"NoOp");
+    len_field(&mut a, 1, b"a");
+    len_field(&mut a, 2, b"NoOp");
     let mut b = Vec::new();
-    field(&mut b, 1, b"b");
-    field(&mut b, 2, b"Identity");
-    field(&mut b, 3, b"a:4294967295");
+    len_field(&mut b, 1, b"b");
+    len_field(&mut b, 2, b"Identity");
+    len_field(&mut b, 3, b"a:4294967295");
     let mut g = Vec::new();
-    field(&mut g, 1, &a);
-    field(&mut g, 1, &b);
+    len_field(&mut g, 1, &a);
+    len_field(&mut g, 1, &b);
     assert!(analyze(&g, &BuildOptions::default()).is_err());
     let mut b2 = Vec::new();
-    field(&mut b2, 1, b"b");
-    field(&mut b2, 2, b"Identity");
-    field(&mut b2, 3, b"a:4294967294");
+    len_field(&mut b2, 1, b"b");
+    len_field(&mut b2, 2, b"Identity");
+    len_field(&mut b2, 3, b"a:4294967294");
     let mut g2 = Vec::new();
-    field(&mut g2, 1, &a);
-    field(&mut g2, 1, &b2);
+    len_field(&mut g2, 1, &a);
+    len_field(&mut g2, 1, &b2);
     assert!(analyze(&g2, &BuildOptions::default()).is_err());
 }
 

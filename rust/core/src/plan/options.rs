@@ -29,15 +29,17 @@ use crate::graph::{Graph, NodeFlags, Phase};
 use crate::liveness::Liveness;
 use crate::schedule::Schedule;
 
-/// Link figures the estimates need.
+/// The copy times the option builders estimate: latency plus bytes over
+/// the bandwidth, one copy at a time (the simulator's `simulate::link::Link`
+/// models the engines themselves).
 #[derive(Debug, Clone, Copy)]
-pub struct Link {
+pub struct LinkCost {
     pub d2h_bytes_per_s: f64,
     pub h2d_bytes_per_s: f64,
     pub latency_s: f64,
 }
 
-impl Link {
+impl LinkCost {
     pub fn d2h(&self, bytes: u64) -> f64 {
         self.latency_s + bytes as f64 / self.d2h_bytes_per_s
     }
@@ -53,7 +55,7 @@ pub struct Ctx<'a> {
     pub l: &'a Liveness,
     pub op_time: &'a [f64],
     pub start: Vec<f64>,
-    pub link: Link,
+    pub link: LinkCost,
     /// Per tensor: its producer (`g.tensors[t].node`, packed: the option
     /// builders walk edges through it).
     pub producer: Vec<u32>,
@@ -74,7 +76,7 @@ impl<'a> Ctx<'a> {
             op_time,
             start: super::candidates::start_times(&a.schedule, op_time),
             producer: a.graph.tensors.iter().map(|t| t.node).collect(),
-            link: Link {
+            link: LinkCost {
                 d2h_bytes_per_s: dev.d2h_bandwidth,
                 h2d_bytes_per_s: dev.h2d_bandwidth,
                 latency_s: dev.link_latency_s,
@@ -86,7 +88,7 @@ impl<'a> Ctx<'a> {
 /// One swap-in of a placed swap: its trigger position and the late readers
 /// it serves (`late[lo..hi]` of the candidate).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct InPlace {
+pub struct PlacedSwapIn {
     pub trigger: u32,
     pub lo: usize,
     pub hi: usize,
@@ -99,7 +101,7 @@ pub struct SwapOpt {
     /// The original stays until this position.
     pub keep_until: u32,
     /// The swap-ins, in schedule order (at least one).
-    pub ins: Vec<InPlace>,
+    pub ins: Vec<PlacedSwapIn>,
     pub exposed_s: f64,
     pub transfer_s: f64,
     /// Recompute clones reading its swap-ins (`feed.rs`), set by the greedy.
@@ -146,13 +148,13 @@ pub fn swap_option(
                 return None;
             }
             // This group keeps the previous copy: merge it into that one.
-            let last: &mut InPlace = ins.last_mut()?;
+            let last: &mut PlacedSwapIn = ins.last_mut()?;
             last.hi = hi;
             continue;
         };
         debug_assert!(trigger < first);
         exposed_s += exposed;
-        ins.push(InPlace { trigger, lo, hi });
+        ins.push(PlacedSwapIn { trigger, lo, hi });
         lowest = c.late[hi - 1].0 + 1;
     }
     let transfer_s = d_out + d_in * ins.len() as f64;

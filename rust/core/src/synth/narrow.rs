@@ -12,7 +12,7 @@
 //! output and the reserve spaces), `ShapeN`, `Conv2DBackpropInput`,
 //! `Conv2DBackpropFilter` and the `AddN` of the two paths; the kernel's
 //! update, plain SGD (Keras 3 `SGD()`, no momentum), comes from the shared
-//! writer (`super::Gen::update`). 24 nodes per block: 14 forward, 6
+//! train step (`step.rs`). 24 nodes per block: 14 forward, 6
 //! gradient, 4 update.
 //!
 //! Every block keeps three activations of one size for the backward pass
@@ -23,13 +23,13 @@
 //! # Complexity
 //! O(1) nodes per block, written in O(1) each.
 
-use super::{s1, s4, Gen, Val, A, CONV, I32, T};
+use super::writer::{s1, s4, Gen, Nm, Val, VarRef, A, CONV, I32, T};
 use crate::dtype::DType;
 
 pub(super) struct NarrowRec {
     scope: String,
     x: T,
-    kernel: super::VarRef,
+    kernel: VarRef,
     gamma: T,
     conv: T,
     bn: u32,
@@ -86,7 +86,7 @@ impl Gen {
                 s: s1(c),
             };
             let a = [A::Type("dtype", self.f), A::Bool("validate_shape", false)];
-            let name = super::Nm("bn/AssignVariableOp", k as usize - 1, "");
+            let name = Nm("bn/AssignVariableOp", k as usize - 1, "");
             let w = self.op(
                 name,
                 "AssignVariableOp",

@@ -1,10 +1,10 @@
 """TensorFlow's own memory optimizer (Grappler) against hybridplan on the same graphs.
 
-    python benches/grappler_compare.py             # 10^4 and 10^5 nodes
-    python benches/grappler_compare.py --quick     # 10^4 only, one run of each
-    python benches/grappler_compare.py --sizes 10000 --repeat 3 --json out.json
+    python experiments/grappler_compare.py             # 10^4 and 10^5 nodes
+    python experiments/grappler_compare.py --quick     # 10^4 only, one run of each
+    python experiments/grappler_compare.py --sizes 10000 --repeat 3 --json out.json
 
-Input: ``hybridplan.synthetic_graphdef(n, kind)`` (forward, backward under
+Input: ``hybridplan.testing.synthetic_graphdef(n, kind)`` (forward, backward under
 ``gradient_tape/``, SGD-momentum updates; every shape known). The budget is half the
 peak ``hybridplan.analyze`` finds (a larger fraction if ``plan`` raises ``BudgetError``;
 the table says so).
@@ -552,7 +552,7 @@ def bench_size(nodes: int, kind: str, levels: list[str], repeat: int, g_repeat: 
 
     import hybridplan
 
-    data = hybridplan.synthetic_graphdef(nodes, kind)
+    data = hybridplan.testing.synthetic_graphdef(nodes, kind)
     analysis = hybridplan.analyze(data)
     n = analysis.num_nodes
     budget, frac = _choose_budget(hybridplan, data, analysis.peak_bytes)

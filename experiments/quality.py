@@ -1,12 +1,12 @@
 """Plan quality on the workloads of the published results, judged by the simulator.
 
-    python benches/quality.py [--quick] [--out docs/quality.md]
+    python experiments/quality.py [--quick] [--out docs/quality.md]
 
 For each row: trace the model's training step at the published input size
 (tracing allocates no activations), take the smallest batch whose original
 step exceeds the budget, plan it with every strategy, and report the peak and
 the predicted step time of each plan (``-`` where no plan fits). GraphDefs are
-cached in ``benches/.cache/``. ``--out`` rewrites the file up to its first ``## ``
+cached in ``experiments/.cache/``. ``--out`` rewrites the file up to its first ``## ``
 heading and keeps the sections from there on (the page's text on the table).
 """
 
@@ -123,7 +123,7 @@ def main() -> None:
     ).stdout.strip()
     text = (
         f"Measured {datetime.date.today()} on {platform.node() or 'this machine'}, commit "
-        f"{commit}, with `python benches/quality.py{' --quick' if args.quick else ''}`.\n"
+        f"{commit}, with `python experiments/quality.py{' --quick' if args.quick else ''}`.\n"
         "Each strategy cell: predicted peak / predicted step time (the simulator's). "
         "A speed-up `a vs b` is b's predicted step time divided by a's, minus one.\n\n"
         + "\n".join(lines)

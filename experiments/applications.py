@@ -10,9 +10,9 @@ Grappler's arithmetic optimiser off on both sides). Per model: the graph's size,
 budget and predicted peak (activations only), the measured device peaks of the
 original and of the plan, and whether every loss and weight came out bit for bit::
 
-    python benches/applications.py                      # all models, writes docs/applications.md
-    python benches/applications.py --models MobileNetV2,VGG16 --no-docs
-    python benches/applications.py --strategy recompute --fraction 0.7 --no-docs
+    python experiments/applications.py                   # all models, writes docs/applications.md
+    python experiments/applications.py --models MobileNetV2,VGG16 --no-docs
+    python experiments/applications.py --strategy recompute --fraction 0.7 --no-docs
 
 The table goes between ``<!-- applications:begin -->`` and ``<!-- applications:end -->``
 in ``docs/applications.md`` (the rest of the page is kept; ``--no-docs`` to skip).
@@ -68,7 +68,7 @@ def workload(name: str, size: int, batch: int) -> Any:
 
 def run_one(name: str, size: int, batch: int, fraction: float, strategy: str) -> dict:
     from hybridplan.errors import BudgetError
-    from hybridplan.trial import trial
+    from hybridplan.trialing import trial
 
     w = workload(name, size, batch)
     t0 = time.perf_counter()
@@ -151,7 +151,7 @@ def main() -> int:
     header = (
         f"Measured on {platform.machine()} with {os.cpu_count()} logical CPUs "
         f"(TensorFlow {tf.__version__}), {datetime.date.today()}, commit `{commit}`; "
-        f"`python benches/applications.py`."
+        f"`python experiments/applications.py`."
     )
     text = header + "\n\n" + table(rows, args.fraction, args.strategy)
     print(text)

@@ -1,6 +1,6 @@
 """The table of bad inputs and what each gets, for docs/reliability.md.
 
-    python benches/reliability.py
+    python experiments/reliability.py
 
 Each row feeds one bad input to the public API and prints the exception
 class and its one-line message (or "ok").
@@ -18,6 +18,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 from tensorflow.core.framework import graph_pb2
 
 import hybridplan
+import hybridplan.testing
 
 ROOT = pathlib.Path(__file__).parents[1]
 FIXTURE = (ROOT / "rust/core/tests/fixtures/small_cnn.pb").read_bytes()
@@ -111,8 +112,8 @@ def cases():
     yield (
         "budget no plan meets",
         lambda: hybridplan.plan(
-            hybridplan.synthetic_graphdef(3000),
-            hybridplan.analyze(hybridplan.synthetic_graphdef(3000)).persistent_bytes + 10,
+            hybridplan.testing.synthetic_graphdef(3000),
+            hybridplan.analyze(hybridplan.testing.synthetic_graphdef(3000)).persistent_bytes + 10,
         ),
     )
     yield "unknown device preset", lambda: hybridplan.plan(FIXTURE, "1GiB", device="tpu")
@@ -143,8 +144,8 @@ def cases():
     yield "missing file", lambda: hybridplan.analyze("/no/such.pb")
     yield "a directory", lambda: hybridplan.analyze(tmp)
     yield "not a graph at all (an int)", lambda: hybridplan.analyze(42)
-    yield "synthetic graph of 2^56 nodes", lambda: hybridplan.synthetic_graphdef(2**56)
-    yield "synthetic batch -1", lambda: hybridplan.synthetic_graphdef(100, batch=-1)
+    yield "synthetic graph of 2^56 nodes", lambda: hybridplan.testing.synthetic_graphdef(2**56)
+    yield "synthetic batch -1", lambda: hybridplan.testing.synthetic_graphdef(100, batch=-1)
     yield "persistent_bytes=-1", lambda: hybridplan.analyze(FIXTURE, persistent_bytes=-1)
     yield "live_at_peak(-1)", lambda: hybridplan.analyze(FIXTURE).live_at_peak(-1)
     yield "profile={-1: 1e-3}", lambda: hybridplan.plan(FIXTURE, "1GiB", profile={-1: 1e-3})

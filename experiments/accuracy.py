@@ -3,9 +3,9 @@
 For small workloads that train on a CPU in a fraction of a second per step, each on two
 logical CPU devices (``/device:CPU:0`` plays the accelerator, ``/device:CPU:1`` the host)::
 
-    python benches/accuracy.py            # all workloads, 5 traced + 5 timed steps each
-    python benches/accuracy.py --quick    # small_cnn and the MLP, 3 steps, docs untouched
-    python benches/accuracy.py --only transformer --explain
+    python experiments/accuracy.py            # all workloads, 5 traced + 5 timed steps each
+    python experiments/accuracy.py --quick    # small_cnn and the MLP, 3 steps, docs untouched
+    python experiments/accuracy.py --only transformer --explain
 
 What is compared (ratios are measured / predicted, so > 1 means the model is short):
 
@@ -990,7 +990,7 @@ def tables(rows: list[Row], steps: int) -> str:
         f"Measured on {platform.machine()} with {len(tf.config.list_logical_devices('CPU'))} "
         f"logical CPUs (TensorFlow {tf.__version__}), {datetime.date.today().isoformat()}, "
         f"{steps} traced + {steps} timed steps per graph; "
-        f"`TF_ENABLE_ONEDNN_OPTS={env} python benches/accuracy.py`. "
+        f"`TF_ENABLE_ONEDNN_OPTS={env} python experiments/accuracy.py`. "
         "Ratios are measured / predicted; predicted and measured peaks are totals: "
         "tensors and kernel scratch (split in the second table).",
         "",

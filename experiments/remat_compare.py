@@ -3,8 +3,8 @@
 One command, on two logical CPU devices (``/device:CPU:0`` plays the accelerator,
 ``/device:CPU:1`` the host)::
 
-    python benches/remat_compare.py            # 3 models; writes docs/remat.md (~2.5 min)
-    python benches/remat_compare.py --quick    # one tiny model, stdout only
+    python experiments/remat_compare.py            # 3 models; writes docs/remat.md (~2.5 min)
+    python experiments/remat_compare.py --quick    # one tiny model, stdout only
 
 For each reference model (a residual network, a 3D U-Net, a transformer stack):
 
@@ -714,7 +714,7 @@ def main(argv: list[str] | None = None) -> int:
         for name, (_, gpu_kw) in chosen.items():
             parts += ["", gpu_table(name, gpu_kw, gpu_rows(name, gpu_kw))]
             print(parts[-1] + "\n", flush=True)
-    command = "python benches/remat_compare.py" + (" --quick" if args.quick else "")
+    command = "python experiments/remat_compare.py" + (" --quick" if args.quick else "")
     block = header(command, args.steps, args.rounds, time.perf_counter() - t0)
     block += "\n\n" + "\n".join(parts)
     if not (args.quick or args.only or args.no_docs or args.no_gpu):

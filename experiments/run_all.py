@@ -1,8 +1,8 @@
 """Runs the whole benchmark suite and writes ``docs/benchmarks.md``.
 
-    python benches/run_all.py            # full run (about 20 minutes on 2 cores)
-    python benches/run_all.py --quick    # smoke run (about 2 minutes), report in a temp dir
-    python benches/run_all.py --from-json results.json --out report.md   # re-render only
+    python experiments/run_all.py            # full run (about 20 minutes on 2 cores)
+    python experiments/run_all.py --quick    # smoke run (about 2 minutes), report in a temp dir
+    python experiments/run_all.py --from-json results.json --out report.md   # re-render only
 
 Steps, each timed, with the load average sampled before and after:
 
@@ -223,7 +223,7 @@ def child_memory(nodes: int, budget: int | None) -> dict:
 
     out: dict[str, Any] = {"nodes_requested": nodes, "rss_import": _rss_bytes()}
     out["tensorflow_loaded"] = "tensorflow" in sys.modules
-    data = hybridplan.synthetic_graphdef(nodes, "mixed")
+    data = hybridplan.testing.synthetic_graphdef(nodes, "mixed")
     out["graph_bytes"] = len(data)
     out["rss_graph"] = _rss_bytes()
     t0 = time.perf_counter()
@@ -306,7 +306,7 @@ def machine(argv: list[str]) -> dict:
         "commit": _git("rev-parse", "HEAD"),
         "dirty": _git("status", "--porcelain", "--untracked-files=no").splitlines(),
         "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
-        "command": " ".join(["python", "benches/run_all.py", *argv]),
+        "command": " ".join(["python", "experiments/run_all.py", *argv]),
         "extension": _extension(),
         "steps": [],
     }
@@ -717,9 +717,10 @@ def section_memory(results: dict) -> str:
     return (
         "## Memory of planning\n\n"
         "Each row a fresh Python process (`import hybridplan`, no TensorFlow): generate the "
-        "synthetic `mixed` step (`hybridplan.synthetic_graphdef`), then `hybridplan.analyze` "
-        'or `hybridplan.plan(..., strategy="hybrid")`; peak RSS from `getrusage` (a high-'
-        "water mark: the plan row includes its own analysis).\n\n" + _table(head, rows)
+        "synthetic `mixed` step (`hybridplan.testing.synthetic_graphdef`), then "
+        '`hybridplan.analyze` or `hybridplan.plan(..., strategy="hybrid")`; peak RSS from '
+        "`getrusage` (a high-water mark: the plan row includes its own analysis).\n\n"
+        + _table(head, rows)
     )
 
 
@@ -746,7 +747,7 @@ def render(results: dict) -> str:
     head = (
         "# Benchmarks\n\n"
         + ("**Smoke run (`--quick`): not the figures of record.**\n\n" if quick else "")
-        + "Written by `python benches/run_all.py` (see its docstring for the steps). The "
+        + "Written by `python experiments/run_all.py` (see its docstring for the steps). The "
         "machine is shared with other engineers' builds and runs, so wall times are noisy: "
         "the load average around each step is below, and the ratios within this run (time "
         "per node against 10^4, DAG against mixed) are the trustworthy part. The planning "
@@ -781,15 +782,21 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--keep", action="store_true", help="keep the temp dir (traces, logs)")
     ap.add_argument("--child-memory", type=int, help=argparse.SUPPRESS)
     ap.add_argument("--budget", type=int, help=argparse.SUPPRESS)
+    ap.add_argument("--collect-criterion", help=argparse.SUPPRESS)
+    ap.add_argument("--since", type=float, default=0.0, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
 
     if args.child_memory is not None:
         print(json.dumps(child_memory(args.child_memory, args.budget)))
         return
+    if args.collect_criterion is not None:
+        # criterion's results under a directory as rows (tests/test_benches.py).
+        print(json.dumps(collect_criterion(Path(args.collect_criterion), args.since)))
+        return
     if args.from_json:
         results = json.loads(Path(args.from_json).read_text())
         now = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
-        command = " ".join(["python", "benches/run_all.py", *argv])
+        command = " ".join(["python", "experiments/run_all.py", *argv])
         results["meta"]["rendered"] = {
             "command": command,
             "date": now,

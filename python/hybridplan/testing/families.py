@@ -12,7 +12,7 @@ reverse-mode pass over the forward ops, as ``tape.gradient`` would) and one
 - ``dag``: random layered DAGs of dense layers, a node reading one or two
   earlier nodes (summed with ``Add``), seeded.
 
-The bytes are written directly (protobuf wire format, no TensorFlow needed)
+The bytes are written by :mod:`hybridplan.testing.encode` (no TensorFlow needed)
 with ``_output_shapes`` and dtype attributes, which is all the planner reads.
 ``family(name, size, seed)`` gives ``(label, graph bytes, loss name)``;
 ``size`` 0..3 grows the graph from about 20 to about 100 nodes.
@@ -23,40 +23,11 @@ from __future__ import annotations
 import random
 from collections.abc import Iterator
 
+from .encode import FLOAT, INT32, RESOURCE, graph_def, int_field, len_field, node_def, varint
+
 __all__ = ["FAMILIES", "family", "graphs"]
 
-FLOAT, INT32, RESOURCE = 1, 3, 20
 FAMILIES = ("chain", "residual", "unet", "dag")
-
-
-# ----------------------------------------------------------------------------- wire format
-def _varint(n: int) -> bytes:
-    out = bytearray()
-    n &= (1 << 64) - 1
-    while True:
-        b = n & 0x7F
-        n >>= 7
-        if n:
-            out.append(b | 0x80)
-        else:
-            out.append(b)
-            return bytes(out)
-
-
-def _field(num: int, payload: bytes) -> bytes:
-    return _varint(num << 3 | 2) + _varint(len(payload)) + payload
-
-
-def _int_field(num: int, value: int) -> bytes:
-    return _varint(num << 3) + _varint(value)
-
-
-def _shape(dims: tuple[int, ...]) -> bytes:
-    return b"".join(_field(2, _int_field(1, d)) for d in dims)
-
-
-def _attr(key: str, value: bytes) -> bytes:
-    return _field(5, _field(1, key.encode()) + _field(2, value))
 
 
 # ----------------------------------------------------------------------------- the builder
@@ -79,14 +50,9 @@ class _Net:
         dtype: int = FLOAT,
         attrs: tuple[tuple[str, bytes], ...] = (),
     ) -> str:
-        body = _field(1, name.encode()) + _field(2, op.encode())
-        body += b"".join(_field(3, i.encode()) for i in inputs)
         key = "dtype" if op in ("Placeholder", "Const", "ReadVariableOp") else "T"
-        body += _attr(key, _int_field(6, dtype))
-        for k, v in attrs:
-            body += _attr(k, v)
         shapes = [] if shape is None else [shape]
-        body += _attr("_output_shapes", _field(1, b"".join(_field(7, _shape(s)) for s in shapes)))
+        body = node_def(name, op, inputs, shapes, dtype, dtype_key=key, attrs=attrs)
         self.nodes.append(body)
         if shape is not None:
             self.shape[name] = shape
@@ -118,8 +84,8 @@ class _Net:
         b, hh, ww, cin = self.shape[x]
         h, w = self.var((3, 3, cin, cout))
         attrs = (
-            ("strides", _field(1, _field(3, b"".join(_varint(1) for _ in range(4))))),
-            ("padding", _field(2, b"SAME")),
+            ("strides", len_field(1, len_field(3, b"".join(varint(1) for _ in range(4))))),
+            ("padding", len_field(2, b"SAME")),
         )
         y = self.op(self.fresh("conv"), "Conv2D", [x, w], (b, hh, ww, cout), attrs=attrs)
         self.tape.append(("conv", y, x, h, w))
@@ -174,7 +140,7 @@ class _Net:
         for h, gw in updates:
             self.op(self.fresh("apply"), "ResourceApplyGradientDescent", [h, lr, gw], None)
         self.op("out", "Identity", [loss], ())
-        return b"".join(_field(1, n) for n in self.nodes), "loss:0"
+        return graph_def(self.nodes), "loss:0"
 
     def _needs_grad(self, x: str) -> bool:
         return x != "x"
@@ -183,18 +149,18 @@ class _Net:
         if len(gs) == 1:
             return gs[0]
         n = len(gs)
-        attrs = (("N", _int_field(3, n)),)
+        attrs = (("N", int_field(3, n)),)
         return self.op(f"{out}/grad_sum", "AddN", gs, self.shape[out], attrs=attrs)
 
     def _grad(self, e: tuple, g: str, updates: list) -> Iterator[tuple[str, str]]:
         kind, y = e[0], e[1]
         if kind == "matmul":
             _, _, x, h, w = e
-            ta = (("transpose_a", _int_field(5, 1)),)
+            ta = (("transpose_a", int_field(5, 1)),)
             gw = self.op(f"{y}/grad_w", "MatMul", [x, g], self.shape[w], attrs=ta)
             updates.append((h, gw))
             if self._needs_grad(x):
-                tb = (("transpose_b", _int_field(5, 1)),)
+                tb = (("transpose_b", int_field(5, 1)),)
                 yield x, self.op(f"{y}/grad_x", "MatMul", [g, w], self.shape[x], attrs=tb)
         elif kind == "conv":
             _, _, x, h, w = e

@@ -1,11 +1,11 @@
 """Structure-aware fuzzing of the whole path: plan, apply (rewrite), re-analyse.
 
-    python benches/fuzz_structured.py --execs 100000 --out fuzz-out/   # the long run
-    python benches/fuzz_structured.py --replay 1234                   # one execution again
+    python tests/fuzz_structured.py --execs 100000 --out fuzz-out/   # the long run
+    python tests/fuzz_structured.py --replay 1234                   # one execution again
 
 Seeds are valid training steps: the real TensorFlow fixture
 (``rust/core/tests/fixtures/small_cnn.pb``) and small synthetic steps of every
-kind (``hybridplan.synthetic_graphdef``). Each execution copies a seed and
+kind (``hybridplan.testing.synthetic_graphdef``). Each execution copies a seed and
 applies one to three mutations at the node level (what the byte-level fuzzer of
 ``rust/core/tests/fuzz.rs`` rarely reaches past the decoder):
 
@@ -62,6 +62,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 from tensorflow.core.framework import graph_pb2, types_pb2
 
 import hybridplan
+import hybridplan.testing
 from hybridplan.applying import rewrite_plan
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -123,7 +124,7 @@ def seeds() -> dict[str, bytes]:
     """The seed corpus: the real fixture and one small synthetic step per kind."""
     out = {"small_cnn": FIXTURE.read_bytes()}
     for kind in ("residual", "transformer", "mixed", "dag"):
-        out[kind] = hybridplan.synthetic_graphdef(120, kind, batch=2, size=8, channels=8)
+        out[kind] = hybridplan.testing.synthetic_graphdef(120, kind, batch=2, size=8, channels=8)
     return out
 
 

@@ -1,9 +1,9 @@
 """The optimality gap: every strategy's predicted step time over the exact optimum's.
 
-    python benches/optimality.py [--quick] [--sizes 0,1,2,3] [--device a100-pcie4]
+    python experiments/optimality.py [--quick] [--sizes 0,1,2,3] [--device a100-pcie4]
                                  [--time-limit 60] [--out docs/optimality.md] [--json rows.json]
 
-Graphs: the four small training-shaped families of ``small_graphs.py`` (layer-level
+Graphs: the four small training-shaped families of ``families.py`` (layer-level
 chains, residual networks, U-Nets, random layered DAGs; 20 to ~110 nodes).
 Budgets: 0.9, 0.8, 0.6 and 0.4 of each graph's unbounded peak. Every plan is
 judged by the same simulator; ``strategy="optimal"`` is the mixed-integer
@@ -16,15 +16,11 @@ import argparse
 import json
 import math
 import pathlib
-import sys
 import time
-
-sys.path.insert(0, str(pathlib.Path(__file__).parent))
-
-import small_graphs
 
 import hybridplan
 from hybridplan.errors import BudgetError, HybridplanError
+from hybridplan.testing import families
 
 STRATEGIES = ("swap", "recompute", "hybrid-paper", "hybrid")
 FRACTIONS = (0.9, 0.8, 0.6, 0.4)
@@ -32,7 +28,7 @@ FRACTIONS = (0.9, 0.8, 0.6, 0.4)
 
 def run(device: str, sizes: tuple[int, ...], time_limit: float) -> list[dict]:
     rows = []
-    for fam, label, data, loss in small_graphs.graphs(sizes):
+    for fam, label, data, loss in families.graphs(sizes):
         # Every strategy in the formulation's memory model (separate buffers, no
         # in-place forwarding), where the optimum is exact (docs/optimality.md).
         a = hybridplan.analyze(data, loss=loss, separate_buffers=True)
@@ -95,7 +91,7 @@ def table(rows: list[dict]) -> str:
     ]
     out.append("| family | " + " | ".join(STRATEGIES) + " |")
     out.append("|---|" + "---|" * len(STRATEGIES))
-    fams = sorted({r["family"] for r in rows}, key=small_graphs.FAMILIES.index)
+    fams = sorted({r["family"] for r in rows}, key=families.FAMILIES.index)
     for fam in [*fams, "all"]:
         sel = [r for r in rows if (fam == "all" or r["family"] == fam) and r["optimal"]]
         cells = []

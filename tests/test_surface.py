@@ -1,0 +1,79 @@
+"""The package's public surface: what ``dir(hybridplan)`` lists, what the names are, and
+``hybridplan.testing`` (graphs for tests and experiments) kept out of it."""
+
+from __future__ import annotations
+
+import inspect
+import subprocess
+import sys
+
+import pytest
+
+import hybridplan
+
+
+def test_dir_lists_the_public_names_and_only_them():
+    names = dir(hybridplan)
+    assert names == sorted(hybridplan.__all__)  # dir() sorts what __dir__ returns
+    # The lazily loaded names are listed before they are loaded ...
+    assert {"apply", "trace", "measure", "fit", "trial", "Traced"} <= set(names)
+    # ... and the module's own imports are not.
+    assert not {"Any", "annotations", "importlib"} & set(names)
+
+
+def test_trial_is_the_function():
+    pytest.importorskip("tensorflow")
+    from hybridplan import trialing
+
+    assert inspect.isfunction(hybridplan.trial)
+    assert hybridplan.trial is trialing.trial and hybridplan.Trial is trialing.Trial
+
+
+def test_testing_is_reachable_but_not_public():
+    assert "testing" not in hybridplan.__all__
+    assert "synthetic_graphdef" not in hybridplan.__all__
+    assert not hasattr(hybridplan, "synthetic_graphdef")
+    data = hybridplan.testing.synthetic_graphdef(2000, "dag")
+    assert hybridplan.analyze(data).num_nodes > 1500
+
+
+def test_importing_hybridplan_loads_neither_testing_nor_tensorflow():
+    code = (
+        "import sys, hybridplan; "
+        "print('hybridplan.testing' in sys.modules, 'tensorflow' in sys.modules)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["False", "False"]
+
+
+def test_the_encoder_writes_what_tensorflow_reads():
+    """One writer for every hand-made graph: TensorFlow's own parser reads its bytes
+    back as the fields given (an unknown rank, a negative size, the dtype key)."""
+    graph_pb2 = pytest.importorskip("tensorflow.core.framework.graph_pb2")
+    from hybridplan.testing import RESOURCE, encode
+
+    data = encode.graph_def(
+        [
+            encode.node_def("v", "VarHandleOp", shapes=[[]], dtype=RESOURCE, dtype_key="dtype"),
+            encode.node_def("x", "Relu", ["v", "^v"], [[2, -1], None]),
+        ]
+    )
+    gd = graph_pb2.GraphDef.FromString(data)
+    v, x = gd.node
+    assert (v.name, v.op, v.attr["dtype"].type) == ("v", "VarHandleOp", RESOURCE)
+    assert list(x.input) == ["v", "^v"] and x.attr["T"].type == encode.FLOAT
+    known, unknown = x.attr["_output_shapes"].list.shape
+    assert [d.size for d in known.dim] == [2, -1] and unknown.unknown_rank
+    # node() appends the same bytes to a message.
+    gd2 = graph_pb2.GraphDef()
+    encode.node(gd2, "x", "Relu", ["v", "^v"], [[2, -1], None])
+    assert gd2.node[0] == x
+
+
+@pytest.mark.parametrize("name", ["chain", "residual", "unet", "dag"])
+def test_the_small_families_analyse_with_their_loss(name):
+    from hybridplan.testing import families
+
+    label, data, loss = families.family(name, 0, seed=1)
+    a = hybridplan.analyze(data, loss=loss)
+    assert a.loss == loss and a.num_nodes >= 15, label
