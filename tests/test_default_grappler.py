@@ -321,7 +321,7 @@ def test_verify_compares_the_kernels_with_the_original_run():
     traced = w.trace()
     _, original = run_recorded(compile_step(traced, traced.graph_def), *w.batch(0))
     a = analyze(traced)
-    budget = a.persistent_bytes + int(a.activation_peak_bytes * 0.8)
+    budget = a.budget_for(0.8)
     r = apply(traced, budget, strategy="swap", device="cpu", target="cpu-emulation")
     assert r.summary.swap_out
     report = verify(compile_step(traced, r.graph_def), r.summary, *w.batch(0), original=original)
