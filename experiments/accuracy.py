@@ -330,14 +330,13 @@ def _pool_peak(b: Bench, m: Any, steps: int, graph_def: Any = None) -> int:
 
 
 def _run_plans(b: Bench, a: Any, steps: int, explain: bool = False) -> list[PlanRow]:
-    persistent, act = a.persistent_bytes, a.activation_peak_bytes
-    scratch = a.workspace_peak_bytes  # no plan removes it
+    persistent = a.persistent_bytes
     rows = []
     for strategy in STRATEGIES:
         row = PlanRow(strategy)
         result = None
         for f in FRACTIONS:
-            budget = persistent + scratch + int(f * (act - scratch))
+            budget = a.budget_for(f)
             try:
                 result = hybridplan.apply(
                     b.traced,

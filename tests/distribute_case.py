@@ -84,9 +84,8 @@ def _activation_budgets(dt, fractions):
         members = [i for i, d in enumerate(devices) if distributed._same_device(d, dev)]
         sub = distributed.replica_subgraph(dt.traced.graph_def, members)
         a = hybridplan.analyze(sub.SerializeToString(), loss=dt.losses[r])
-        scratch = a.workspace_peak_bytes
-        act = scratch + int((a.activation_peak_bytes - scratch) * fractions[r])
-        out.append((a.persistent_bytes + act, act, a.activation_peak_bytes))
+        budget = a.budget_for(fractions[r])
+        out.append((budget, budget - a.persistent_bytes, a.activation_peak_bytes))
     return out
 
 

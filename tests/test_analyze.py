@@ -211,6 +211,42 @@ def test_bad_arguments():
         hybridplan.analyze(relu_chain(2), loss="nope:0")
 
 
+FIXTURE = pathlib.Path(__file__).parents[1] / "rust/core/tests/fixtures/small_cnn.pb"
+
+
+def test_a_device_models_the_scratch_of_its_kernels(monkeypatch):
+    """``device=`` picks the workspace rule as :func:`hybridplan.plan` does for that
+    device: a GPU preset gets cuDNN's rule under ``TF_CUDNN_WORKSPACE_LIMIT_IN_MB`` (and
+    none without it), the ``cpu`` preset and no device this TensorFlow's CPU kernels."""
+    monkeypatch.setenv("TF_CUDNN_WORKSPACE_LIMIT_IN_MB", "64")
+    gpu = hybridplan.analyze(FIXTURE, device="v100-nvlink2")
+    rule = hybridplan.plan(FIXTURE, gpu.peak_bytes, device="v100-nvlink2").report["workspace"]
+    assert rule == "gpu-cudnn:64"
+    assert gpu.workspace_peak_bytes > 0
+    assert np.array_equal(gpu.workspace, hybridplan.analyze(FIXTURE, workspace=rule).workspace)
+    monkeypatch.delenv("TF_CUDNN_WORKSPACE_LIMIT_IN_MB")
+    assert hybridplan.analyze(FIXTURE, device="a100-pcie4").workspace_peak_bytes == 0
+    cpu = hybridplan.analyze(FIXTURE, device="cpu").workspace
+    assert np.array_equal(cpu, hybridplan.analyze(FIXTURE).workspace)
+    with pytest.raises(hybridplan.InvalidArgumentError, match="nope"):
+        hybridplan.analyze(FIXTURE, device="nope")
+
+
+def test_budget_for_a_fraction_runs_from_the_scratch_to_the_peak():
+    """``budget_for(f)``: the variables and the largest scratch (which no plan removes)
+    plus ``f`` of the rest of the activation peak; 1 is the original's peak."""
+    a = hybridplan.analyze(FIXTURE, workspace="gpu-cudnn:64")
+    scratch, act = a.workspace_peak_bytes, a.activation_peak_bytes
+    assert 0 < scratch < act
+    assert a.budget_for(1) == a.peak_bytes
+    assert a.budget_for(0) == a.persistent_bytes + scratch
+    assert a.budget_for(0.6) == a.persistent_bytes + scratch + int(0.6 * (act - scratch))
+    assert abs(a.fraction_of(a.budget_for(0.25)) - 0.25) < 1e-6
+    for bad in (1.5, -0.1, "0.5", True):
+        with pytest.raises(hybridplan.InvalidArgumentError, match="fraction"):
+            a.budget_for(bad)
+
+
 def test_analyze_a_traced_keras_cnn_step():
     from hybridplan import models
 

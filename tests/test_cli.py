@@ -15,6 +15,7 @@ import hybridplan.testing
 from hybridplan import _files
 from hybridplan._backend import workspace_rule
 from hybridplan.cli import EXIT_BAD_INPUT, EXIT_BUDGET, main
+from hybridplan.report import fmt_bytes
 
 FIXTURE = pathlib.Path(__file__).parents[1] / "rust/core/tests/fixtures/small_cnn.pb"
 
@@ -24,13 +25,13 @@ def synth(tmp_path_factory):
     path = tmp_path_factory.mktemp("g") / "synth.pb"
     path.write_bytes(hybridplan.testing.synthetic_graphdef(5_000, "residual", batch=4, size=16))
     # The plans below are for GPU presets (a100-pcie4, the default v100-nvlink2): half
-    # of the peak under their workspace rule, not the CPU kernels' this analysis would
-    # otherwise model (with oneDNN off their scratch doubles the peak, and half of that
-    # is more than the GPU plan's whole peak).
+    # of the peak under their workspace rule (analyze's device), not the CPU kernels'
+    # this analysis would otherwise model (with oneDNN off their scratch doubles the
+    # peak, and half of that is more than the GPU plan's whole peak).
     rule = workspace_rule("auto", hybridplan.device_model("v100-nvlink2"))
     assert rule == workspace_rule("auto", hybridplan.device_model("a100-pcie4"))
-    a = hybridplan.analyze(path, workspace=rule)
-    half = a.persistent_bytes + (a.peak_bytes - a.persistent_bytes) // 2
+    a = hybridplan.analyze(path, device="v100-nvlink2")
+    half = a.budget_for(0.5)
     return path, a, half
 
 
@@ -39,6 +40,16 @@ def test_analyze(capsys):
     out = capsys.readouterr().out
     assert "peak:" in out and "persistent:" in out and "forward" in out
     assert out.count("float32") >= 3
+
+
+def test_analyze_for_a_device(capsys, monkeypatch):
+    """``--device`` models the scratch of that device's kernels, as ``plan`` does."""
+    monkeypatch.setenv("TF_CUDNN_WORKSPACE_LIMIT_IN_MB", "64")
+    assert main(["analyze", str(FIXTURE), "--device", "v100-nvlink2"]) == 0
+    out = capsys.readouterr().out
+    scratch = hybridplan.analyze(FIXTURE, workspace="gpu-cudnn:64").workspace_peak_bytes
+    assert scratch > 0 and f"largest kernel scratch: {fmt_bytes(scratch)}" in out
+    assert main(["analyze", str(FIXTURE), "--device", "nope"]) == EXIT_BAD_INPUT
 
 
 def test_plan_writes_graph_json_and_report(synth, tmp_path, capsys):
@@ -392,8 +403,8 @@ def test_trial_small_cnn_runs_with_its_defaults(capsys):
     code = main(["trial", "small_cnn"])
     out = capsys.readouterr().out
     assert code in (0, 6), out  # 6: measured over budget, printed (docs/accuracy.md)
-    # 70% of the tensor peak (plus the kernels' scratch) is out of reach with oneDNN's
-    # kernels; with TensorFlow's own the scratch dominates and a plan reaches it.
-    assert "no plan reaches 70%" in out or "(70% of the original's tensor peak" in out, out
+    # The budget (Analysis.budget_for): 70% of the activation peak above the kernels'
+    # scratch, or the smallest fraction a plan reaches when 70% is out of reach.
+    assert "no plan reaches 70%" in out or "70% of the" in out, out
     assert "equal bit for bit" in out
     assert "= variables and optimizer slots" in out

@@ -48,8 +48,9 @@ def _cnn(policy: str) -> models.Workload:
 
 @pytest.mark.parametrize("policy", ["mixed_bfloat16", "mixed_float16"])
 def test_mixed_precision_cnn_at_60_percent_measures_within_budget(policy):
-    """Budget: the variables, the largest scratch one kernel holds (no plan removes it)
-    and 60% of the rest of the analysed activation peak: 60% of the activations where
+    """Budget: ``Analysis.budget_for(0.6)``, the variables, the largest scratch one kernel
+    holds (no plan removes it) and 60% of the rest of the analysed activation peak: 60% of
+    the activations where
     oneDNN runs every op (no scratch), 60% of the tensors live beside the largest
     scratch where TensorFlow's own convolution gradients run. Below the measured
     unplanned peak either way, and the planned step measures within it."""
@@ -58,7 +59,7 @@ def test_mixed_precision_cnn_at_60_percent_measures_within_budget(policy):
     w = _cnn(policy)
     a = hybridplan.analyze(w.trace())
     scratch = a.workspace_peak_bytes
-    activations = scratch + int(0.6 * (a.activation_peak_bytes - scratch))
+    activations = a.budget_for(0.6) - a.persistent_bytes
     t = trial(w, a.persistent_bytes + activations, strategy="hybrid")
     assert t.activation_budget == activations
     assert t.same_losses and t.same_weights

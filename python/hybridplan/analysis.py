@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -10,7 +11,8 @@ import numpy as np
 from . import _args, _core
 from ._backend import workspace_rule
 from ._graphio import GraphLike, graph_bytes
-from .planning import workspace_overrides
+from .errors import InvalidArgumentError
+from .planning import _device_args, workspace_overrides
 
 __all__ = ["Analysis", "LiveTensor", "analyze"]
 
@@ -75,6 +77,39 @@ class Analysis:
         """Peak device bytes of the tensors alone (scratch left out), persistent included."""
         return self._core.tensor_peak_bytes
 
+    def budget_for(self, fraction: float) -> int:
+        """The device budget (bytes, persistent bytes included) that asks a plan to keep
+        ``fraction`` of the activation peak above the kernels' scratch::
+
+            persistent + scratch + int(fraction * (activation_peak - scratch))
+
+        where ``scratch`` is :attr:`workspace_peak_bytes`, the most scratch one op holds,
+        which no plan removes. ``fraction=1`` gives the original's own peak and ``0`` the
+        floor no plan goes under, so every fraction in (0, 1) asks for less than the
+        step uses now, on any backend (with no scratch, oneDNN's CPU kernels or a GPU
+        without a workspace limit, it is ``persistent + fraction * activation_peak``).
+        :func:`hybridplan.trial`, the CLI's ``--fraction``, the demo, the tests and the
+        benchmarks all budget with it; :meth:`fraction_of` is its inverse.
+
+        Raises:
+            InvalidArgumentError: ``fraction`` is not a number in [0, 1].
+        """
+        f = _args.number(fraction, "fraction")
+        if not 0 <= f <= 1:
+            raise InvalidArgumentError(f"fraction must be in [0, 1], got {f}")
+        scratch = self.workspace_peak_bytes
+        return self.persistent_bytes + scratch + int(f * self._reducible())
+
+    def fraction_of(self, budget: int) -> float:
+        """The fraction :meth:`budget_for` maps to ``budget`` (bytes, persistent bytes
+        included): where it lies between the floor (0) and the original's peak (1)."""
+        floor = self.persistent_bytes + self.workspace_peak_bytes
+        return (int(budget) - floor) / max(1, self._reducible())
+
+    def _reducible(self) -> int:
+        """The activation peak less the largest kernel scratch: what plans act on."""
+        return max(0, self.activation_peak_bytes - self.workspace_peak_bytes)
+
     @property
     def peak_position(self) -> int:
         return self._core.peak_position
@@ -129,6 +164,7 @@ def analyze(
     separate_buffers: bool = False,
     workspace: str | None = "auto",
     workspace_profile: Mapping[str, int] | None = None,
+    device: str | dict | os.PathLike | None = None,
 ) -> Analysis:
     """Analyses the device memory of a training step.
 
@@ -142,17 +178,26 @@ def analyze(
             model follows TensorFlow's in-place forwarding: an element-wise op
             that is the last reader of an input buffer of its output's size
             writes its output there (docs/how-it-works.md).
-        workspace: the kernels' scratch rule (``"auto"``: the CPU kernels of the
-            running TensorFlow, oneDNN on or off; ``"none"``, ``"cpu-eigen:THREADS"``,
-            ``"cpu-onednn"``, ``"gpu-cudnn:MIB"``): each op holds its scratch while
-            it runs, on top of its inputs and outputs (docs/devices.md).
+        workspace: the kernels' scratch rule (``"auto"``: the rule of ``device``'s
+            kernels, as :func:`hybridplan.plan` takes it; without a device, the CPU
+            kernels of the running TensorFlow, oneDNN on or off; ``"none"``,
+            ``"cpu-eigen:THREADS"``, ``"cpu-onednn"``, ``"gpu-cudnn:MIB"``): each op
+            holds its scratch while it runs, on top of its inputs and outputs
+            (docs/devices.md).
         workspace_profile: measured scratch bytes by node name, replacing the rule's
             for those nodes (``Profile.workspace``, see :func:`hybridplan.plan`).
+        device: the device the step is planned for (a preset name, a dict or a JSON or
+            TOML file, as for :func:`hybridplan.plan`): with ``workspace="auto"`` its
+            ``kernels`` field picks the rule, so that an analysis for a GPU (``"none"``,
+            or ``"gpu-cudnn:MIB"`` under ``TF_CUDNN_WORKSPACE_LIMIT_IN_MB``) models the
+            memory the plan for that GPU is judged by. None (the default): this
+            machine's CPU kernels, to compare with what :func:`hybridplan.measure` sees.
 
     Raises:
         InvalidGraphError: malformed bytes, cycles, missing inputs.
         ShapeError: a tensor of unknown shape.
-        InvalidArgumentError: an argument of the wrong type or out of range.
+        InvalidArgumentError: an argument of the wrong type or out of range, an unknown
+            device.
 
     Example:
         >>> a = hybridplan.analyze("step.pb")  # doctest: +SKIP
@@ -161,6 +206,7 @@ def analyze(
     loss = _args.tensor_name(loss)
     persistent_bytes = _args.optional_count(persistent_bytes, "persistent_bytes")
     separate_buffers = _args.flag(separate_buffers, "separate_buffers")
+    dev = None if device is None else _device_args(device)[2]
     data, traced_loss = graph_bytes(graph)
     return Analysis(
         _core.analyze(
@@ -168,7 +214,7 @@ def analyze(
             loss=loss or traced_loss,
             persistent_bytes=persistent_bytes,
             separate_buffers=separate_buffers,
-            workspace=workspace_rule(workspace),
+            workspace=workspace_rule(workspace, dev),
             workspace_profile=workspace_overrides(workspace_profile),
         )
     )

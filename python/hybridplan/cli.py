@@ -187,6 +187,11 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("graph", help="train-step GraphDef: binary .pb or text .pbtxt")
     _add_loss(p)
     p.add_argument("--top", type=int, default=10, help="how many tensors to list")
+    p.add_argument(
+        "--device",
+        help="device preset or JSON/TOML device file whose kernels' scratch to model, as "
+        "plan takes it (default: this machine's CPU kernels, as measure sees them)",
+    )
 
     p = add("compare", help="every strategy side by side (exit 5 when none fits)")
     _add_plan_args(p)
@@ -211,9 +216,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--fraction",
         type=float,
-        help="budget = variables + this fraction of the original's tensor peak + the "
-        "largest kernel scratch of one op (default: 0.7, or the smallest fraction any plan "
-        "reaches when 0.7 is out of reach)",
+        help="budget = variables + the largest kernel scratch of one op + this fraction of "
+        "the rest of the original's activation peak (1: the original's peak; default: 0.7, "
+        "or the smallest fraction any plan reaches when 0.7 is out of reach)",
     )
     _add_strategy(p)
     p.add_argument("--steps", type=int, default=3, help="steps measured")
@@ -377,12 +382,17 @@ def _cmd_analyze(args: argparse.Namespace) -> int:
     from . import analyze
     from .report import fmt_bytes
 
-    a = analyze(args.graph, loss=args.loss)
+    a = analyze(args.graph, loss=args.loss, device=args.device)
     top = a.live_at_peak(args.top)  # checks --top before anything is printed
     print(f"nodes: {a.num_nodes}   loss: {a.loss}")
     print(
         f"peak: {fmt_bytes(a.peak_bytes)}   persistent: {fmt_bytes(a.persistent_bytes)}   "
         f"activations at peak: {fmt_bytes(a.activation_peak_bytes)}"
+        + (
+            f"   largest kernel scratch: {fmt_bytes(a.workspace_peak_bytes)}"
+            if a.workspace_peak_bytes
+            else ""
+        )
     )
     print("phases: " + ", ".join(f"{k} {v}" for k, v in a.phases.items()))
     print(f"largest tensors live at the peak (schedule position {a.peak_position}):")
@@ -618,11 +628,11 @@ def _cmd_trial(args: argparse.Namespace) -> int:
         f"budget {fmt_bytes(t.plan.budget)} = variables and optimizer slots "
         f"{fmt_bytes(persistent)} + activations {fmt_bytes(t.activation_budget)}"
         + (
-            f" ({t.fraction:.0%} of the original's tensor peak"
-            + (
-                f" + kernel scratch {fmt_bytes(t.predicted_scratch)})"
+            (
+                f" (kernel scratch {fmt_bytes(t.predicted_scratch)} + {t.fraction:.0%} of the "
+                "rest of the original's activation peak)"
                 if t.predicted_scratch
-                else ")"
+                else f" ({t.fraction:.0%} of the original's activation peak)"
             )
             if t.fraction
             else ""

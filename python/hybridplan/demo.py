@@ -28,8 +28,9 @@ BIG_QUICK = {"size": 1024, "batch": 2}
 #: Stage 2: a residual network small enough to train on two CPU cores.
 SMALL_MODEL = "small_resnet"
 SMALL: dict = {}
-#: Stage 2 budget: persistent bytes plus this fraction of the original's
-#: tensor peak plus the largest kernel scratch (see :func:`hybridplan.trial`).
+#: Stage 2 budget: ``Analysis.budget_for(SMALL_BUDGET_FRACTION)``, the persistent bytes
+#: and the largest kernel scratch plus this fraction of the rest of the original's
+#: activation peak (see :func:`hybridplan.trial`).
 SMALL_BUDGET_FRACTION = 0.5
 
 
@@ -126,9 +127,9 @@ def _stage_run(out: Path) -> bool:
     _say(
         f"{SMALL_MODEL}: {t.plan.report['num_nodes']} nodes; budget {fmt_bytes(t.plan.budget)} "
         f"= variables and optimizer slots {fmt_bytes(persistent)} + "
-        f"{fmt_bytes(t.activation_budget)} for activations ({SMALL_BUDGET_FRACTION:.0%} of "
-        f"the original's tensor peak + the largest kernel scratch, "
-        f"{fmt_bytes(t.predicted_scratch)}); inserted {t.inserted}"
+        f"{fmt_bytes(t.activation_budget)} for activations (the largest kernel scratch, "
+        f"{fmt_bytes(t.predicted_scratch)}, + {SMALL_BUDGET_FRACTION:.0%} of the rest of "
+        f"the original's activation peak); inserted {t.inserted}"
     )
     losses = ", ".join(f"{float(np.asarray(v).mean()):.6f}" for v in t.planned.losses)
     _say(f"losses over {len(t.planned.losses)} steps: {losses}")

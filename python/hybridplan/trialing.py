@@ -17,8 +17,9 @@ from .errors import BudgetError, InvalidArgumentError
 
 __all__ = ["Trial", "same_bits", "side_by_side", "trial"]
 
-#: Default budget: persistent bytes plus this fraction of the original's
-#: tensor activation peak, plus the largest kernel scratch of one op.
+#: Default budget: ``Analysis.budget_for(DEFAULT_FRACTION)``, the persistent bytes and
+#: the largest kernel scratch of one op plus this fraction of the rest of the original's
+#: activation peak.
 DEFAULT_FRACTION = 0.7
 
 
@@ -40,8 +41,9 @@ class Trial:
         original, planned: the two :class:`~hybridplan.measuring.Measurement` s.
         same_losses: every step's loss equal bit for bit.
         same_weights: every variable equal bit for bit after the steps.
-        fraction: the fraction of the original's tensor peak the budget allowed, on top
-            of the largest kernel scratch (None when ``budget`` was given).
+        fraction: the fraction of the original's activation peak above the largest
+            kernel scratch that the budget allowed (``Analysis.budget_for``; None when
+            ``budget`` was given).
         note: how the budget was chosen, when :func:`trial` chose it.
     """
 
@@ -100,10 +102,11 @@ def trial(
 ) -> Trial:
     """Traces ``workload`` (a :class:`hybridplan.models.Workload`), plans it for
     the ``cpu`` device model under ``budget`` (bytes or a string, persistent
-    bytes included) or, when ``budget`` is None, under the persistent bytes
-    plus ``fraction`` of the original's tensor activation peak plus the largest
-    scratch one kernel takes (``Analysis.workspace_peak_bytes``: no plan removes it; 0
-    with oneDNN's kernels, docs/devices.md); rewrites it for CPU emulation and runs both
+    bytes included) or, when ``budget`` is None, under ``Analysis.budget_for(fraction)``:
+    the persistent bytes and the largest scratch one kernel takes (no plan removes it; 0
+    with oneDNN's kernels, docs/devices.md) plus ``fraction`` of the rest of the
+    original's activation peak (1 is the original's peak); rewrites it for CPU emulation
+    and runs both
     steps ``steps`` times on the same batches, with Grappler as TensorFlow sets it by
     default (see :func:`side_by_side`).
 
@@ -131,7 +134,6 @@ def trial(
         workspace=plan_options.get("workspace", "auto"),
         workspace_profile=plan_options.get("workspace_profile"),
     )
-    scratch = a.workspace_peak_bytes  # no plan removes it
     note = ""
 
     def run(b: Any) -> Any:
@@ -149,27 +151,27 @@ def trial(
         r = run(budget)
         f = None
     else:
-        act = max(1, a.tensor_peak_bytes - a.persistent_bytes)
-        asked = a.persistent_bytes + scratch + int(act * f)
+        asked = a.budget_for(f)
         r, reached = _smallest_reachable(run, asked)
         if reached != asked:
-            reach = (reached - a.persistent_bytes - scratch) / act
+            reach = a.fraction_of(reached)
             if fraction is not None:
+                floor = a.persistent_bytes + a.workspace_peak_bytes
                 raise BudgetError(
-                    f"fraction={f:g} asks for {int(act * f)} bytes of tensors (plus {scratch} "
-                    f"bytes of kernel scratch), but the smallest a {strategy} plan reaches is "
-                    f"{reached - a.persistent_bytes - scratch} bytes, {reach:.1%} of the "
-                    f"original's tensor peak {act}: pass fraction={_ceil2(reach):g} or more, "
-                    "or omit it",
+                    f"fraction={f:g} asks for {asked - floor} bytes above the variables and "
+                    f"the largest kernel scratch ({floor} bytes), but the smallest a "
+                    f"{strategy} plan reaches is {reached - floor} bytes, {reach:.1%} of the "
+                    f"original's activation peak above the scratch: pass "
+                    f"fraction={_ceil2(reach):g} or more, or omit it",
                     asked,
                     reached,
                     strategy,
                 )
             f = reach
             note = (
-                f"no plan reaches {DEFAULT_FRACTION:.0%} of the original's tensor peak; "
-                f"the budget is the smallest a plan reaches, {reach:.1%} of it (plus the "
-                "largest kernel scratch)"
+                f"no plan reaches {DEFAULT_FRACTION:.0%} of the original's activation peak "
+                f"above the kernel scratch; the budget is the smallest a plan reaches, "
+                f"{reach:.1%} of it"
             )
     base, new = side_by_side(traced, r.graph_def, workload.batch, steps)
     return Trial(

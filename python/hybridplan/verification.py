@@ -16,7 +16,10 @@ of both executed graphs by type (a fused kernel by its op and the ops it fused, 
 ``fused_ops`` attribute, e.g. ``_FusedConv2D(BiasAdd,Relu)``), leaving out the planned
 nodes and what the partitioner adds for a device crossing (``_Send``/``_Recv``): a rewrite that made
 Grappler or oneDNN fuse (or fold) differently shows up in ``kernel_changes``, and
-rounds differently.
+rounds differently. A node that Grappler's arithmetic optimizer regrouped is counted
+apart, by the stage's tag (``Mul{MinimizeBroadcasts}``, ``AddN{AddOpsRewrite}``): those
+stages reorder a chain of products or sums only where no node of it drives a control
+edge, so a trigger placed inside such a chain shows up too (plan/trigger.rs).
 
 Limits: TensorFlow records these graphs when it instantiates a function, i.e. on the
 first call only; eager run metadata has no per-node execution trace. The classic graph
@@ -68,6 +71,16 @@ _TRANSFER_OPS = frozenset({"_Send", "_Recv", "_HostSend", "_HostRecv"})
 #: one such graph per fed array and the other none.
 _PLUMBING_OPS = frozenset({"_Arg", "_Retval", "_DeviceArg", "_DeviceRetval", "_EagerConst"})
 _PARTITIONER = re.compile(r"/_\d+$")
+#: The ``NoOp`` the partitioner puts on the receiving side when several control edges
+#: cross from one device to one node (``GroupCrossDeviceControlEdges_<n>/<node>``): what a
+#: swap-out's release edges to the device add, plumbing like the pairs above.
+_GROUPED_CONTROL = re.compile(r"(?:^|/)GroupCrossDeviceControlEdges_\d+/")
+#: The attributes Grappler's arithmetic optimizer leaves on the nodes its regrouping
+#: stages took in (``arithmetic_optimizer.cc``), with the name :func:`kernel_counts` gives.
+_REGROUPED = {
+    "_grappler_ArithmeticOptimizer_MinimizeBroadcasts": "MinimizeBroadcasts",
+    "_grappler_ArithmeticOptimizer_AddOpsRewriteStage": "AddOpsRewrite",
+}
 
 
 class NodesRemovedError(UnsupportedGraphError):
@@ -259,8 +272,10 @@ def run_recorded(step: Callable[..., Any], *args: Any, **kwargs: Any) -> tuple[A
 def kernel_counts(run_metadata: Any, leave_out: Iterable[str] = ()) -> dict[str, int]:
     """The kernels of the executed graphs in ``run_metadata`` (as :func:`verify` reads
     them) by type: the op, and for a fused kernel the ops it fused (its ``fused_ops``
-    attribute) as ``op(a,b)``. Nodes named in ``leave_out`` (or ``<scope>/name``), what
-    the partitioner adds for a device crossing and the runtime's plumbing (function
+    attribute) as ``op(a,b)``, and a node that an arithmetic-optimizer stage regrouped
+    with its stage after it, as ``op{MinimizeBroadcasts}``. Nodes named in ``leave_out``
+    (or ``<scope>/name``), what the partitioner adds for a device crossing (``_Send``,
+    ``_Recv``, the ``NoOp`` grouping control edges) and the runtime's plumbing (function
     arguments and results, ``_EagerConst``) are not counted. O(executed nodes)."""
     graphs, _ = _executed_graphs(run_metadata)
     names = set(leave_out)
@@ -269,11 +284,16 @@ def kernel_counts(run_metadata: Any, leave_out: Iterable[str] = ()) -> dict[str,
         for node in graph.node:
             if node.op in _TRANSFER_OPS or node.op in _PLUMBING_OPS:
                 continue
-            if _PARTITIONER.search(node.name) or _planned(node.name, names):
+            if _PARTITIONER.search(node.name) or _GROUPED_CONTROL.search(node.name):
+                continue
+            if _planned(node.name, names):
                 continue
             key = node.op
             if "fused_ops" in node.attr:
                 key += "(" + ",".join(x.decode() for x in node.attr["fused_ops"].list.s) + ")"
+            stages = [stage for tag, stage in _REGROUPED.items() if tag in node.attr]
+            if stages:
+                key += "{" + ",".join(stages) + "}"
             counts[key] = counts.get(key, 0) + 1
     return counts
 

@@ -200,6 +200,25 @@ pub fn is_checkpoint(op: &str) -> bool {
     )
 }
 
+/// Does Grappler's arithmetic optimizer regroup a `producer` whose one data
+/// reader is `reader` (`arithmetic_optimizer.cc`)? `MinimizeBroadcasts`
+/// reorders a chain of one binary associative op (`Mul`, `Add`, `AddV2`)
+/// by its inputs' shapes, and `AddOpsRewrite` collapses a tree of `Add`,
+/// `AddV2` and `AddN` into one `AddN`; neither takes in a node that drives
+/// a control edge, nor (`AddOpsRewrite`) starts from one. Each regrouping
+/// sums or multiplies in another order, so it rounds differently.
+pub fn regrouped_with(reader: &str, producer: &str) -> bool {
+    let add = |op: &str| matches!(op, "Add" | "AddV2" | "AddN");
+    (reader == producer && matches!(reader, "Mul" | "Add" | "AddV2"))
+        || (add(reader) && add(producer))
+}
+
+/// Is `op` a root `AddOpsRewrite` leaves alone when it drives a control edge
+/// (see [`regrouped_with`])?
+pub fn add_group_root(op: &str) -> bool {
+    matches!(op, "Add" | "AddV2" | "AddN")
+}
+
 /// The kind of kernel an op type runs, for programs that replay a plan with
 /// real kernels of the same shapes (`crate::replay`, `experiments/gpu`):
 /// `None` for op types with no such stand-in (they replay as a timed busy
