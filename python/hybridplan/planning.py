@@ -472,7 +472,7 @@ def plan(
             an int, a string such as ``"16GiB"``, or ``"auto"`` (the device's
             memory less a reserve).
         strategy: one of :data:`STRATEGIES` (each one's rule in
-            :data:`STRATEGY_RULES`: ``"hybrid"``, the default, is the fastest of all
+            :data:`STRATEGY_RULES`: ``"hybrid"``, the default, is the fastest plan
             that fits); or
             ``"optimal"``: the exact mixed-integer optimum, for graphs of at most
             ``hybridplan.optimal.MAX_NODES`` nodes (needs scipy), its solver

@@ -100,7 +100,7 @@ impl Strategy {
             Strategy::Recompute => "recomputation only",
             Strategy::Chen => "Chen et al.'s sqrt(n) checkpointing over the forward pass's cut points, a budget-blind reference",
             Strategy::HybridPaper => "the published hybrid of swapping and recomputation, from the TFLMS plan",
-            Strategy::Hybrid => "the fastest of all that fits",
+            Strategy::Hybrid => "the fastest plan that fits",
         }
     }
 
