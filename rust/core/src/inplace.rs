@@ -69,8 +69,7 @@ pub fn of_node(g: &Graph, table: &[u8], v: u32) -> Option<(Forward, u32)> {
 /// (a source op's: the caller's feed; a constant's: its kernel), so that
 /// nothing is ever written into it?
 pub fn pinned(g: &Graph, v: u32) -> bool {
-    g.nodes[v as usize].flags.has(NodeFlags::SOURCE)
-        || matches!(g.op_name(v), "Const" | "HostConst")
+    g.nodes[v as usize].flags.has(NodeFlags::SOURCE) || crate::opkind::is_constant(g.op_name(v))
 }
 
 /// Can the output `out` of node `v` take over the buffer of its input in

@@ -127,9 +127,20 @@ pub fn takes_handle(op: &str) -> bool {
         )
 }
 
+/// The op that reads a resource variable's value (its output aliases the
+/// variable's buffer when its input is a handle, [`reads_variable`]).
+pub fn is_variable_read(op: &str) -> bool {
+    op == "ReadVariableOp"
+}
+
+/// Constants: their buffer is held by the kernel for the whole step.
+pub fn is_constant(op: &str) -> bool {
+    matches!(op, "Const" | "HostConst")
+}
+
 /// True if the op's output aliases a variable's buffer (a read of a handle).
 pub fn reads_variable(op: &str, takes_handle: bool) -> bool {
-    takes_handle && op == "ReadVariableOp"
+    takes_handle && is_variable_read(op)
 }
 
 /// For ops whose output shares an input's buffer: the input slot it
@@ -324,6 +335,41 @@ pub fn im2col(op: &str) -> Option<Im2col> {
         "Conv3DBackpropInputV2" | "Conv3DBackpropInput" => Im2col::Conv3DInput,
         _ => return None,
     })
+}
+
+/// Ops that are in none of Grappler's remapper patterns nor oneDNN's
+/// fusions (contraction + bias + activation, batch norm + activation,
+/// swish, GELU, layer norm, pad + convolution, transpose + convolution,
+/// backprop filter + bias gradient...), so a control edge on them blocks
+/// nothing.
+pub fn never_fused(op: &str) -> bool {
+    matches!(
+        op,
+        "MaxPool"
+            | "MaxPoolV2"
+            | "MaxPool3D"
+            | "AvgPool"
+            | "AvgPool3D"
+            | "MaxPoolGrad"
+            | "MaxPoolGradV2"
+            | "MaxPool3DGrad"
+            | "AvgPoolGrad"
+            | "AvgPool3DGrad"
+            | "ConcatV2"
+            | "Pack"
+            | "Unpack"
+            | "Split"
+            | "SplitV"
+            | "Slice"
+            | "StridedSlice"
+            | "StridedSliceGrad"
+            | "Tile"
+            | "GatherV2"
+            | "Softmax"
+            | "LogSoftmax"
+            | "SparseSoftmaxCrossEntropyWithLogits"
+            | "SoftmaxCrossEntropyWithLogits"
+    )
 }
 
 /// Checkpoint ops: the expensive, parameterised ops that head a recompute
