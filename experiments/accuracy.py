@@ -48,10 +48,11 @@ What is compared (ratios are measured / predicted, so > 1 means the model is sho
   re-simulated with the original's calibrated times (:func:`_planned_step`: clones cost
   their originals' calibrated time) against the measured one.
 
-``--explain`` adds, for the original graph of each workload: the model's peak under the
-variants of :class:`Replica` (lowest-id or FIFO schedule, in-place forwarding, fed inputs)
-against the measured step peaks (inline), with the rank correlation of each schedule with
-the measured start times; the differences between the measured and the modelled live sets
+``--explain`` adds, for the original graph of each workload: the model's peak under its
+variants (the core's ``analyze``: with and without in-place forwarding, with and without
+the fed inputs, read from its buffers, ``Analysis.tensor_facts``) against the measured
+step peaks (inline), with the rank correlation of the core's schedule with the measured
+start times; the differences between the measured and the modelled live sets
 at the measured peak, by cause; the op time by type, measured vs estimated; and, for each
 plan, when its swap-ins and clones really ran against their triggers. ``--no-plans``
 skips the planned graphs.
@@ -317,8 +318,7 @@ def fed_bytes(traced: Any) -> int:
     """Bytes of the fed batch (the step's argument placeholders). The model counts
     them on the device, where a GPU step has them; the allocation records do not (the
     Session's feed allocates them before the step, finding 3). No plan swaps them."""
-    rep = Replica(traced)
-    return sum(n for v in rep.fed for n, _ in rep.outputs[v])
+    return Model(hybridplan.analyze(traced), traced).fed_bytes()
 
 
 def _pool_peak(b: Bench, m: Any, steps: int, graph_def: Any = None) -> int:
@@ -439,152 +439,62 @@ def calibrate_left_out(rows: list[Row]) -> None:
 
 # --------------------------------------------------------------------------- explaining
 
-#: Ops whose output TensorFlow writes into an input buffer when that buffer has no other
-#: reader (``OpKernelContext::forward_input_or_allocate_output``): the cwise kernels,
-#: ``BiasAdd``, ``AddN``, ``Softmax``; seen in the allocation records (their nodes ran and
-#: allocated nothing). ``SparseSoftmaxCrossEntropyWithLogits`` writes its backprop (output
-#: 1) into the logits (input 0).
-FORWARDING = {
-    "Neg", "Abs", "Sign", "Square", "Relu", "Relu6", "LeakyRelu", "Elu", "Selu", "Floor",
-    "Ceil", "Round", "Rint", "Rsqrt", "Sqrt", "Reciprocal", "Inv", "Exp", "Expm1", "Log",
-    "Log1p", "Tanh", "Sigmoid", "Erf", "Erfc", "Softplus", "Softsign", "Sin", "Cos", "Tan",
-    "Atan", "Lgamma", "Digamma", "LogicalNot", "ClipByValue", "BiasAdd", "BiasAddV1",
-    "Softmax", "LogSoftmax", "Add", "AddV2", "Sub", "Mul", "Maximum", "Minimum", "RealDiv",
-    "Div", "DivNoNan", "MulNoNan", "Xdivy", "Xlogy", "Pow", "Atan2", "FloorMod", "FloorDiv",
-    "Mod", "SquaredDifference", "LogicalAnd", "LogicalOr", "ReluGrad", "Relu6Grad",
-    "LeakyReluGrad", "EluGrad", "SeluGrad", "SoftplusGrad", "SoftsignGrad", "TanhGrad",
-    "SigmoidGrad", "RsqrtGrad", "SqrtGrad", "ReciprocalGrad", "AddN", "AccumulateNV2",
-    "Select", "SelectV2", "SparseSoftmaxCrossEntropyWithLogits",
-}  # fmt: skip
-#: ``opkind::aliased_input`` of the core: outputs that are their input's buffer.
-ALIASING = {
-    "Identity", "StopGradient", "PreventGradient", "Snapshot", "Reshape", "Squeeze",
-    "ExpandDims", "EnsureShape", "CheckNumerics", "CheckNumericsV2", "Bitcast",
-}  # fmt: skip
 
+class Model:
+    """The core's liveness model of one analysed graph, per tensor ``(node, output)``,
+    read from ``Analysis.tensor_facts`` and ``node_facts`` (``rust/core/src/facts.rs``):
+    no op table or liveness rule of its own. ``buffer[t]`` is the tensor owning the
+    buffer ``t`` lives in (its alias owner, or the buffer an op wrote it into in
+    place); ``spans`` the buffers ``(bytes, produce, last position)``."""
 
-class Replica:
-    """The core's liveness model (``rust/core/src/liveness.rs``) in Python, per tensor,
-    with the variants the measurements point to. Checked against ``analyze``.
-
-    ``order``: ``"lowest-id"`` (the core's schedule) or ``"fifo"`` (Kahn's algorithm with
-    a first-in first-out ready queue, successors in id order: the order in which
-    TensorFlow's executor makes nodes ready). ``forward``: outputs of :data:`FORWARDING`
-    ops take over an input buffer whose last reader they are (same dtype and element
-    count, read once, not a fed input or a constant). ``feeds``: count the argument
-    placeholders (the fed batch), which the allocation records of a step never show.
-    """
-
-    def __init__(self, traced: Any):
-        self.traced = traced
+    def __init__(self, a: Any, traced: Any):
         self.nodes = list(traced.graph_def.node)
         self.index = {n.name: i for i, n in enumerate(self.nodes)}
-        graph = traced.concrete_function.graph
-        self.ops = [graph.get_operation_by_name(n.name) for n in self.nodes]
-        self.outputs: list[list[tuple[int, int]]] = []  # per node: (bytes, dtype size)
-        for n, op in zip(self.nodes, self.ops, strict=True):
-            reads = n.op == "ReadVariableOp" and any(t.dtype == tf.resource for t in op.inputs)
-            self.outputs.append([(0 if reads else _bytes(t), t.dtype.size) for t in op.outputs])
-        self.inputs: list[list[tuple[int, int]]] = []  # per node: data inputs (node, k)
-        self.preds: list[set[int]] = []
-        for n in self.nodes:
-            data, preds = [], set()
-            for ref in n.input:
-                name, k = _split_ref(ref)
-                preds.add(self.index[name])
-                if not ref.startswith("^"):
-                    data.append((self.index[name], k))
-            self.inputs.append(data)
-            self.preds.append(preds)
         self.fed = {self.index[name] for name in traced.inputs}
+        self.length = len(a.order)
+        f = a.tensor_facts()
+        self.facts = a.node_facts()
+        keys = list(zip(f["node"].tolist(), f["index"].tolist(), strict=True))
+        self.tensor = {k: t for t, k in enumerate(keys)}
+        nbytes, value = f["bytes"].tolist(), f["value_bytes"].tolist()
+        owner, into = f["owner"].tolist(), f["written_into"].tolist()
+        self.dtype = f["dtype"].tolist()
+        self.value = value
+        #: Bytes a measured buffer of each output has: its value, but none for a
+        #: variable read or a handle (an owner with no bytes).
+        self.out_bytes: list[list[int]] = [[] for _ in self.nodes]
+        self.buffer: dict[tuple[int, int], tuple[int, int]] = {}
+        self.spans: dict[tuple[int, int], tuple[int, int, int]] = {}
+        for t, (v, k) in enumerate(keys):
+            self.out_bytes[v].append(value[t] if nbytes[t] or owner[t] != t else 0)
+            o = owner[t]
+            b = o if into[o] == NONE else into[o]
+            self.buffer[(v, k)] = keys[b]
+            if nbytes[t] and into[t] == NONE:
+                self.spans[(v, k)] = (nbytes[t], f["produce"][t], f["buffer_end"][t])
+        self.inputs: list[list[tuple[int, int]]] = []  # data inputs (node, k)
+        for n in self.nodes:
+            refs = [_split_ref(r) for r in n.input if not r.startswith("^")]
+            self.inputs.append([(self.index[name], k) for name, k in refs])
 
-    def order(self, kind: str, lowest_id: list[int]) -> list[int]:
-        if kind == "lowest-id":
-            return list(lowest_id)
-        succ: list[list[int]] = [[] for _ in self.nodes]
-        for v, preds in enumerate(self.preds):
-            for p in preds:
-                succ[p].append(v)
-        indeg = [len(p) for p in self.preds]
-        ready = [v for v in range(len(self.nodes)) if indeg[v] == 0]
-        out, head = [], 0
-        while head < len(ready):
-            v = ready[head]
-            head += 1
-            out.append(v)
-            for s in sorted(succ[v]):
-                indeg[s] -= 1
-                if indeg[s] == 0:
-                    ready.append(s)
-        return out
+    def timeline(self, feeds: bool = True) -> np.ndarray:
+        """Tensor bytes (persistent and scratch left out) at each schedule position;
+        without the fed inputs' buffers when ``feeds`` is False."""
+        delta = np.zeros(self.length + 1, np.int64)
+        for (v, _), (nbytes, p, q) in self.spans.items():
+            if feeds or v not in self.fed:
+                delta[p] += nbytes
+                delta[q + 1] -= nbytes
+        return np.cumsum(delta[:-1])
 
-    def liveness(
-        self, order: list[int], *, forward: bool = False, feeds: bool = True, with_owner=False
-    ) -> Any:
-        """Memory timeline (activation bytes per position) and, per owning tensor,
-        ``(bytes, produced at, last use)`` (and ``{tensor: owning tensor}``)."""
-        pos = {v: p for p, v in enumerate(order)}
-        last: dict[tuple[int, int], int] = {}
-        for v in order:
-            for k in range(len(self.outputs[v])):
-                last[(v, k)] = pos[v]
-        readers: dict[tuple[int, int], list[int]] = {}
-        for v in order:
-            for t in self.inputs[v]:
-                last[t] = max(last[t], pos[v])
-                readers.setdefault(t, []).append(v)
-        owner: dict[tuple[int, int], tuple[int, int]] = {}
-        group_last: dict[tuple[int, int], int] = {}
-        for v in order:
-            n, data = self.nodes[v], self.inputs[v]
-            for k, (_, size) in enumerate(self.outputs[v]):
-                t = (v, k)
-                src = None
-                if n.op in ALIASING or n.op == "IdentityN":
-                    slot = k if n.op == "IdentityN" else 0
-                    if slot < len(data) and self._size(data[slot]) == size:
-                        src = data[slot]
-                elif forward and n.op in FORWARDING:
-                    src = self._forwardable(v, k, data, owner, group_last, readers, pos)
-                o = owner.get(src, src) if src is not None else t
-                owner[t] = o
-                group_last[o] = max(group_last.get(o, last[t]), last[t])
-        intervals = {}
-        for t, o in owner.items():
-            if o == t:
-                nbytes = self.outputs[t[0]][t[1]][0]
-                if not feeds and t[0] in self.fed:
-                    nbytes = 0
-                intervals[t] = (nbytes, pos[t[0]], group_last[t])
-        delta = np.zeros(len(order) + 1, np.int64)
-        for nbytes, p, q in intervals.values():
-            delta[p] += nbytes
-            delta[q + 1] -= nbytes
-        timeline = np.cumsum(delta[:-1])
-        return (timeline, intervals, owner) if with_owner else (timeline, intervals)
+    def fed_bytes(self) -> int:
+        return sum(n for (v, _), (n, _, _) in self.spans.items() if v in self.fed)
 
-    def _size(self, t: tuple[int, int]) -> int:
-        return self.outputs[t[0]][t[1]][1]
-
-    def _forwardable(self, v, k, data, owner, group_last, readers, pos):
-        out = self.ops[v].outputs[k]
-        slots = [0] if self.nodes[v].op == "SparseSoftmaxCrossEntropyWithLogits" else None
-        if slots is not None and k != 1:
-            return None
-        for slot, t in enumerate(data):
-            if slots is not None and slot not in slots:
-                continue
-            src = self.ops[v].inputs[slot]
-            if src.dtype != out.dtype or _elements(src) != _elements(out) or _elements(out) < 0:
-                continue
-            o = owner.get(t, t)
-            if o[0] in self.fed or self.nodes[o[0]].op in ("Const", "ReadVariableOp"):
-                continue
-            if self.outputs[o[0]][o[1]][0] == 0 or sum(1 for u in data if u == t) != 1:
-                continue
-            if group_last.get(o, -1) == pos[v] and readers.get(t, []).count(v) == 1:
-                return t
-        return None
+    def same_buffer(self, v: int, slot: int, k: int) -> bool:
+        """Could output ``k`` of ``v`` take over the buffer of its input ``slot`` (the
+        same dtype and size: ``inplace::fits``)?"""
+        a, b = self.tensor[self.inputs[v][slot]], self.tensor.get((v, k))
+        return b is not None and self.dtype[a] == self.dtype[b] and self.value[a] == self.value[b]
 
 
 def _split_ref(ref: str) -> tuple[str, int]:
@@ -593,19 +503,6 @@ def _split_ref(ref: str) -> tuple[str, int]:
         name, k = name.rsplit(":", 1)
         return name, int(k)
     return name, 0
-
-
-def _elements(t: Any) -> int:
-    if t.shape.rank is None:
-        return -1
-    dims = t.shape.as_list()
-    return int(np.prod([8 if d is None else d for d in dims])) if dims else 1
-
-
-def _bytes(t: Any) -> int:
-    if t.dtype in (tf.resource, tf.variant) or t.shape.rank is None:
-        return 0
-    return _elements(t) * t.dtype.size
 
 
 def _rank_correlation(x: list[float], y: list[float]) -> float:
@@ -641,18 +538,20 @@ def explain_peak(b: Bench, a: Any, steps: int = 3, top: int = 8) -> Explained:
 
     Replays one traced step (the one with the largest device peak) buffer by buffer,
     and compares its live set at the measured peak with the model's at the schedule
-    position of the node running then; computes the model's peak under the variants of
-    :class:`Replica` and how well each schedule ranks the measured start times.
+    position of the node running then; computes the model's peak under its variants
+    (in-place forwarding or separate buffers, the fed inputs counted or not) and how
+    well the core's schedule ranks the measured start times.
     """
-    rep = Replica(b.traced)
+    rep = Model(a, b.traced)
     lowest = [int(v) for v in a.order]
-    base_timeline, _ = rep.liveness(lowest, forward=True)
-    tensors = a.tensor_peak_bytes - a.persistent_bytes  # the replica has no workspace
+    base_timeline = rep.timeline()
+    tensors = a.tensor_peak_bytes - a.persistent_bytes  # the timeline has no workspace
     if int(base_timeline.max()) != tensors:
         raise AssertionError(
-            f"the replica's peak {int(base_timeline.max())} differs from analyze's "
-            f"tensor peak {tensors}: liveness.rs changed, update Replica"
+            f"the buffers' peak {int(base_timeline.max())} differs from analyze's "
+            f"tensor peak {tensors}: facts.rs and liveness.rs disagree"
         )
+    separate = Model(hybridplan.analyze(b.traced, separate_buffers=True), b.traced)
     all_stats = _traced_stats(b, steps)
     peaks = [int(measuring.replay_step_stats(s)["/device:CPU:0"][1].max()) for s in all_stats]
     stats = all_stats[int(np.argmax(peaks))]
@@ -695,24 +594,22 @@ def explain_peak(b: Bench, a: Any, steps: int = 3, top: int = 8) -> Explained:
     variants: dict[str, int] = {}
     correlation: dict[str, float] = {}
     common = sorted(start)
-    for kind in ("lowest-id", "fifo"):
-        order = rep.order(kind, lowest)
-        pos = {v: p for p, v in enumerate(order)}
-        correlation[kind] = _rank_correlation([start[v] for v in common], [pos[v] for v in common])
-        for forward in (False, True):
-            for feeds in (True, False):
-                timeline, _ = rep.liveness(order, forward=forward, feeds=feeds)
-                key = f"{kind}{' +forwarding' if forward else ''}{'' if feeds else ' -feeds'}"
-                variants[key] = int(timeline.max())
+    pos = {v: p for p, v in enumerate(lowest)}
+    correlation["schedule"] = _rank_correlation(
+        [start[v] for v in common], [pos[v] for v in common]
+    )
+    for forward, model in ((False, separate), (True, rep)):
+        for feeds in (True, False):
+            key = f"schedule{' +forwarding' if forward else ''}{'' if feeds else ' -feeds'}"
+            variants[key] = int(model.timeline(feeds).max())
     # The live sets at the measured peak: the tensors the measured buffers hold then vs
     # the current model's tensors at the schedule position of the node running then.
-    pos = {v: p for p, v in enumerate(lowest)}
     running = [v for v in start if start[v] <= at <= end[v]]
     if not running:  # between two nodes: the one that started last
         running = [max((v for v in start if start[v] <= at), key=lambda v: start[v])]
     p_star = max(pos[v] for v in running)
-    _, intervals, owner = rep.liveness(lowest, forward=True, with_owner=True)
-    model_live = {t: n for t, (n, p, q) in intervals.items() if n and p <= p_star <= q}
+    owner = rep.buffer
+    model_live = {t: n for t, (n, p, q) in rep.spans.items() if p <= p_star <= q}
     taken_over = _forwarded_buffers(rep, start, allocating)
     held: dict[tuple[int, int], int] = {}  # model owner tensor -> bytes held at the peak
     reasons: dict[str, int] = {}
@@ -726,7 +623,7 @@ def explain_peak(b: Bench, a: Any, steps: int = 3, top: int = 8) -> Explained:
         return f"{rep.nodes[t[0]].name}:{t[1]} ({rep.nodes[t[0]].op})"
 
     for _, _, nbytes, v, name in live:
-        k = next((k for k, (n, _) in enumerate(rep.outputs[v]) if n == nbytes), None)
+        k = next((k for k, n in enumerate(rep.out_bytes[v]) if n == nbytes), None)
         if v < 0 or k is None:
             what = f"{name} ({rep.nodes[v].op})" if v >= 0 else name
             note(
@@ -798,38 +695,42 @@ def explain_peak(b: Bench, a: Any, steps: int = 3, top: int = 8) -> Explained:
 
 
 def _forwarded_buffers(
-    rep: Replica, start: dict[int, int], allocating: set[int]
+    rep: Model, start: dict[int, int], allocating: set[int]
 ) -> dict[tuple[int, int], tuple[int, int]]:
     """``{input tensor: output tensor}`` for every node that ran, allocated nothing and
-    so wrote its output into that input's buffer (a :data:`FORWARDING` op: the first
-    input of the output's dtype and element count) or shares it (:data:`ALIASING`)."""
+    so shares an input's buffer (the core's ``aliased_input``) or wrote its output into
+    one (``forward_output``: the first of the slots it tries whose tensor has the
+    output's dtype and size)."""
+    f = rep.facts
     out = {}
     for v in start:
-        n, op = rep.nodes[v], rep.ops[v]
-        if not op.outputs or (v in allocating and len(op.outputs) == 1):
+        outputs = len(rep.out_bytes[v])
+        if not outputs or (v in allocating and outputs == 1):
             continue
-        if n.op in ALIASING and rep.inputs[v]:
-            out[rep.inputs[v][0]] = (v, 0)
+        alias = int(f["aliased_input"][v])
+        if alias >= 0 and alias < len(rep.inputs[v]):
+            out[rep.inputs[v][alias]] = (v, 0)
             continue
-        if n.op not in FORWARDING:
+        if alias == -2:  # output i shares input i
+            for i, t in enumerate(rep.inputs[v][:outputs]):
+                out[t] = (v, i)
             continue
-        k = 1 if n.op == "SparseSoftmaxCrossEntropyWithLogits" else 0
-        if k >= len(op.outputs):
+        k = int(f["forward_output"][v])
+        if k < 0 or k >= outputs:
             continue
-        for slot, t in enumerate(rep.inputs[v]):
-            src = op.inputs[slot]
-            if src.dtype == op.outputs[k].dtype and _elements(src) == _elements(op.outputs[k]):
-                out.setdefault(t, (v, k))
+        for slot in range(int(f["forward_slot_start"][v]), int(f["forward_slot_end"][v])):
+            if rep.same_buffer(v, slot, k):
+                out.setdefault(rep.inputs[v][slot], (v, k))
                 break
     return out
 
 
-def _readers(rep: Replica, t: tuple[int, int], owner: dict) -> list[int]:
+def _readers(rep: Model, t: tuple[int, int], owner: dict) -> list[int]:
     """Nodes reading ``t`` or an alias of it."""
     return [v for v, data in enumerate(rep.inputs) if any(owner.get(u) == t for u in data)]
 
 
-def _label(rep: Replica, order: list[int], p: int) -> str:
+def _label(rep: Model, order: list[int], p: int) -> str:
     n = rep.nodes[order[p]]
     return f"`{n.name}` ({n.op})"
 
@@ -937,10 +838,10 @@ def variants_table(explained: list[Explained]) -> str:
     out = [
         "**Model variants vs measurement** (original graphs; activation peak in MB; "
         "measured: the largest step peak and the others; rank correlation: Spearman "
-        "between each schedule's positions and the measured start times of the nodes)",
+        "between the core's schedule positions and the measured start times of the nodes)",
         "",
-        "| workload | measured | " + " | ".join(keys) + " | corr lowest-id | corr fifo |",
-        "|---|---|" + "---|" * len(keys) + "---|---|",
+        "| workload | measured | " + " | ".join(keys) + " | corr schedule |",
+        "|---|---|" + "---|" * len(keys) + "---|",
     ]
     for e in explained:
         m = max(e.measured)
@@ -948,7 +849,7 @@ def variants_table(explained: list[Explained]) -> str:
         out.append(
             f"| {e.name} | {_mb(m)} ({', '.join(_mb(x) for x in e.measured)}) | "
             + " | ".join(cells)
-            + f" | {e.correlation['lowest-id']:.2f} | {e.correlation['fifo']:.2f} |"
+            + f" | {e.correlation['schedule']:.2f} |"
         )
     out.append("")
     out.append("(in brackets: measured / variant)")

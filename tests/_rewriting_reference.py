@@ -91,13 +91,15 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from tensorflow.core.framework import types_pb2
+
 from hybridplan.errors import InvalidArgumentError, UnsupportedGraphError
 from hybridplan.inlining import inlined
 
 __all__ = ["TARGETS", "RewriteSummary", "Rewritten", "Target", "rewrite", "rewrite_with_summary"]
 
 DO_NOT_REMOVE = "_grappler_do_not_remove"
-_NO_SWAP_DTYPES = {20, 21}  # DT_RESOURCE, DT_VARIANT: handles, not buffers
+_NO_SWAP_DTYPES = {types_pb2.DT_RESOURCE, types_pb2.DT_VARIANT}  # handles, not buffers
 
 
 @dataclass(frozen=True)

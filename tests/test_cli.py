@@ -369,7 +369,7 @@ def test_help_is_a_summary_with_every_default():
     plan_help = " ".join(_cli("plan", "--help").stdout.split())
     for text in (
         "--strategy {",
-        "the fastest plan that fits) (default: hybrid)",
+        "hybrid: the fastest plan that fits (default: hybrid)",
         "(default: gpu)",
         "--loss LOSS loss tensor",
         "(default: auto)",

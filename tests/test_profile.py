@@ -174,12 +174,17 @@ def test_bad_arguments(cnn):
 
 
 def _graph() -> tf.compat.v1.GraphDef:
-    """x[4,8] -> MatMul(w[8,16]) -> BiasAdd(b) -> Relu -> Identity -> Neg; a ShapeN."""
+    """x[4,8] float32 -> MatMul(w[8,16]) -> BiasAdd(b) -> Relu -> Identity -> Neg; a ShapeN."""
     gd = tf.compat.v1.GraphDef()
 
     def add(name, op, inputs=(), shape=(4, 16)):
         node = gd.node.add(name=name, op=op)
         node.input.extend(inputs)
+        node.attr[
+            "dtype" if op in ("Placeholder", "Const") else "T"
+        ].type = tf.float32.as_datatype_enum
+        if op == "ShapeN":
+            node.attr["out_type"].type = tf.int32.as_datatype_enum
         s = node.attr["_output_shapes"].list.shape.add()
         for d in shape:
             s.dim.add(size=d)

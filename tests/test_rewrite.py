@@ -354,7 +354,9 @@ def test_plan_errors_are_clear(case):
     fwd, bwd = s.split(relu)
     read_variable = next(i for i, n in enumerate(gd.node) if n.op == "ReadVariableOp")
     handle = next(
-        i for i, n in enumerate(gd.node) if n.op == "Placeholder" and n.attr["dtype"].type == 20
+        i
+        for i, n in enumerate(gd.node)
+        if n.op == "Placeholder" and n.attr["dtype"].type == types_pb2.DT_RESOURCE
     )
     good = {"node": relu, "output": 0, "after": fwd[0], "ins": [{"trigger": 0, "consumers": bwd}]}
     bad_plans = [

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -140,6 +141,30 @@ class Analysis:
     def phases(self) -> dict[str, int]:
         """Number of ops in each phase: forward, backward, update, other."""
         return dict(self._core.phase_counts())
+
+    def node_facts(self) -> dict[str, Any]:
+        """What the core's op table and cost model say of every GraphDef node, by node
+        index (arrays; ``kernel_class`` a list): ``flops`` (from shapes, the cost
+        model's), ``aliased_input`` (the input slot whose buffer the output shares; -1
+        none, -2 output i shares input i), ``forward_output`` (the output an
+        element-wise op may write into an input's buffer, -1 none) with the input slots
+        it tries, ``forward_slot_start`` to ``forward_slot_end``; ``collective``,
+        ``takes_handle`` (input 0 is a resource handle), ``never_clone`` (never
+        recomputed), ``kernel_class`` and ``workspace`` (scratch bytes under the
+        analysis's rule)."""
+        return dict(self._core.node_facts())
+
+    def tensor_facts(self) -> dict[str, np.ndarray]:
+        """Every tensor's buffer in the liveness model, by tensor id (arrays):
+        ``node``, ``index`` (its producer and output), ``dtype`` (TensorFlow's code),
+        ``bytes`` (device bytes its buffer holds: 0 for an alias, a handle or a variable
+        read), ``value_bytes``, ``owner`` (the tensor whose buffer it shares),
+        ``written_into`` (for a buffer an op wrote in place into another, that
+        buffer's owner, else 2**32 - 1), ``produce``, ``last_use`` and ``buffer_end``
+        (schedule positions: see :attr:`order`). The tensor timeline is the sum over
+        the buffers (``bytes > 0``, not ``written_into``) of ``bytes`` from ``produce``
+        to ``buffer_end``, plus :attr:`persistent_bytes`."""
+        return dict(self._core.tensor_facts())
 
     def live_at_peak(self, k: int = 10) -> list[LiveTensor]:
         """The ``k`` largest tensors live at the peak, largest first (``k >= 0``)."""

@@ -29,7 +29,7 @@ from .errors import (
     InvalidGraphError,
     UnsupportedGraphError,
 )
-from .planning import STRATEGIES
+from .planning import STRATEGIES, STRATEGY_RULES
 
 __all__ = ["EXIT_BAD_INPUT", "EXIT_BUDGET", "EXIT_MISMATCH", "EXIT_UNSUPPORTED", "main"]
 
@@ -275,8 +275,7 @@ def _add_strategy(p: argparse.ArgumentParser) -> None:
         "--strategy",
         default="hybrid",
         choices=STRATEGIES,
-        help="tflms (TFLMS swapping), swap, recompute, chen (sqrt(n) checkpoints), "
-        "hybrid-paper, or hybrid (the fastest plan that fits)",
+        help="; ".join(f"{name}: {rule}" for name, rule in STRATEGY_RULES.items()),
     )
 
 

@@ -49,6 +49,7 @@ from typing import Any
 
 import numpy as np
 
+from . import _core
 from .errors import BudgetError, InvalidArgumentError, UnsupportedGraphError
 
 __all__ = [
@@ -64,10 +65,8 @@ __all__ = [
     "trace_keras",
 ]
 
-_RESOURCE = 20  # DT_RESOURCE
-#: Op-type families of TensorFlow's collective communication ops (as in the core's
-#: ``opkind.rs``): never cloned, their outputs never swapped.
-_COLLECTIVE_PREFIXES = ("Collective", "Nccl")
+#: ``DT_RESOURCE``, from the core's dtype table.
+_RESOURCE = next(code for code, name, _, _ in _core.dtypes() if name == "resource")
 
 
 # --------------------------------------------------------------------------- tracing
@@ -583,7 +582,9 @@ def _default_host(dt: DistributedTraced, host: str | None, target: str) -> str:
 
 def _collective_types(sub: Any, given: Sequence[str] | str | None) -> list[str]:
     excluded = [given] if isinstance(given, str) else list(given or [])
-    present = {n.op for n in sub.node if n.op.startswith(_COLLECTIVE_PREFIXES)}
+    # TensorFlow's collective communication ops (the core's op table): never cloned,
+    # their outputs never swapped.
+    present = {op for op in {n.op for n in sub.node} if _core.op_facts(op)[0]}
     return sorted(set(excluded) | present)
 
 

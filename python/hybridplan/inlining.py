@@ -48,13 +48,15 @@ from __future__ import annotations
 
 from typing import Any
 
+from . import _core
 from .errors import InvalidGraphError
 
 __all__ = ["CALL_OPS", "inline_calls", "inlined", "maybe_inline"]
 
 #: The ops that call one function of the library with the node's inputs and return its
-#: outputs (the inlinable calls; the other function-running ops are control flow).
-CALL_OPS = ("PartitionedCall", "StatefulPartitionedCall")
+#: outputs (the inlinable calls; the other function-running ops are control flow): the
+#: core's op table (``opkind::FUNCTION_CALLS``).
+CALL_OPS = tuple(_core.function_call_ops())
 
 # How a NodeDef's op field (field 2, length-delimited) holding a call op looks on the
 # wire: a cheap test that spares a flat graph the import of TensorFlow and a parse.

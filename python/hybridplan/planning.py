@@ -20,6 +20,7 @@ from .errors import BudgetError, InvalidArgumentError
 __all__ = [
     "HOST_RESERVE",
     "STRATEGIES",
+    "STRATEGY_RULES",
     "Plan",
     "device_model",
     "device_presets",
@@ -27,7 +28,12 @@ __all__ = [
     "plan",
 ]
 
-STRATEGIES = ("tflms", "swap", "recompute", "chen", "hybrid-paper", "hybrid")
+#: The planning strategies, in report order, and each one's rule in one line: the
+#: core's ``Strategy::ALL`` (``rust/core/src/plan/planner.rs``).
+STRATEGY_RULES: dict[str, str] = {name: rule for name, rule, _ in _core.strategies()}
+STRATEGIES = tuple(STRATEGY_RULES)
+#: The strategies that swap, so that TFLMS parameters set their swap plan.
+_SWAPPING = frozenset(name for name, _, swaps in _core.strategies() if swaps)
 #: The exact solver, for small graphs only (``hybridplan.optimal``); not in
 #: ``STRATEGIES``, which every tool runs on graphs of any size.
 OPTIMAL = "optimal"
@@ -464,12 +470,9 @@ def plan(
         budget: device bytes the step may use, persistent bytes included:
             an int, a string such as ``"16GiB"``, or ``"auto"`` (the device's
             memory less a reserve).
-        strategy: ``"tflms"`` (TensorFlow Large Model Support's swapping),
-            ``"swap"`` (the better of TFLMS and hybridplan's own swap planner),
-            ``"recompute"``, ``"chen"`` (Chen et al.'s sqrt(n) checkpointing
-            over the forward pass's cut points, a budget-blind reference),
-            ``"hybrid-paper"`` (the published hybrid, from the
-            TFLMS plan) or ``"hybrid"`` (the fastest of all that fits); or
+        strategy: one of :data:`STRATEGIES` (each one's rule in
+            :data:`STRATEGY_RULES`: ``"hybrid"``, the default, is the fastest plan
+            that fits); or
             ``"optimal"``: the exact mixed-integer optimum, for graphs of at most
             ``hybridplan.optimal.MAX_NODES`` nodes (needs scipy), its solver
             figures in ``report["optimal"]`` (see docs/optimality.md).
@@ -550,7 +553,7 @@ def plan(
         raise InvalidArgumentError(
             f"unknown strategy {strategy!r}: use one of {', '.join(STRATEGIES)}"
         )
-    if tflms is not None and strategy not in ("tflms", "swap", "hybrid-paper", "hybrid"):
+    if tflms is not None and strategy not in _SWAPPING:
         raise InvalidArgumentError(
             f"tflms parameters set the swap plan, and strategy {strategy!r} swaps nothing: "
             "drop tflms or use strategy='swap'"

@@ -87,23 +87,10 @@ _SCOPE = "step"
 #: ``[allocator ...] name = Op(in0, in1, ...)``; the bracket is present when the node
 #: allocated memory.
 _LABEL = re.compile(r"^(?:\[[^\]]*\]\s*)?(?P<name>\S+) = (?P<op>[^(\s]+)\((?P<inputs>.*)\)\s*$")
-#: Ops whose output is their input's buffer: no work of their own inside a fused kernel.
-_FORWARDING = {
-    "Identity",
-    "IdentityN",
-    "Reshape",
-    "Squeeze",
-    "ExpandDims",
-    "StopGradient",
-    "Snapshot",
-    "EnsureShape",
-}
 #: Executed op types that replace one node without absorbing others: a constant-folded
 #: node runs as ``Const`` (its folded inputs do not run: they count as removed); the
 #: arithmetic optimizer turns a division by a constant into a ``Mul``.
 _NOT_FUSION = {"Const", "HostConst", "Mul", "Identity", "Snapshot", "NoOp"}
-_CONTRACTIONS = {"MatMul", "BatchMatMul", "BatchMatMulV2", "BatchMatMulV3"}
-_CONVOLUTIONS = {"Conv2D", "Conv3D", "DepthwiseConv2dNative", "Conv2DBackpropInput"}
 
 
 @dataclass(frozen=True)
@@ -478,42 +465,12 @@ def _normalise_op(op: str) -> str:
     return op
 
 
-def _shapes(node: Any) -> list[list[int]]:
-    attr = node.attr.get("_output_shapes")
-    if attr is None:
-        return []
-    return [[max(d.size, 0) for d in s.dim] for s in attr.list.shape]
+def _flops(source: Any) -> Any:
+    """FLOPs of every node of ``source`` from shapes alone, by GraphDef index: the cost
+    model's (``cost::flops`` of the core), to split a fused kernel's time."""
+    from . import _core
 
-
-def _elements(shape: list[int]) -> int:
-    return math.prod(shape) if shape else 1
-
-
-def _flag(node: Any, key: str) -> bool:
-    """A bool attribute, read without adding it (``node.attr[key]`` would insert it)."""
-    value = node.attr.get(key)
-    return bool(value.b) if value is not None else False
-
-
-def _flop_weight(node: Any, producer_shape: Any) -> float:
-    """FLOPs of a node from shapes alone, to split a fused kernel's time."""
-    op = node.op
-    if op in _FORWARDING:
-        return 0.0
-    outs = _shapes(node)
-    out = _elements(outs[0]) if outs else 1
-    data = [i for i in node.input if not i.startswith("^")]
-    if op in _CONTRACTIONS and data:
-        a = producer_shape(data[0])
-        if a and len(a) >= 2:
-            transposed = _flag(node, "transpose_a") or _flag(node, "adj_x")
-            return 2.0 * out * a[-2 if transposed else -1]
-    if op in _CONVOLUTIONS and len(data) >= 2:
-        f = producer_shape(data[1])
-        if f and len(f) >= 3:
-            per_out = _elements(f[:-2]) if op == "DepthwiseConv2dNative" else _elements(f[:-1])
-            return 2.0 * out * per_out
-    return float(out)
+    return _core.analyze(source.SerializeToString()).node_facts()["flops"]
 
 
 def _profile_from_stats(source: Any, stats: list[Any], wall: list[float]) -> Profile:
@@ -546,8 +503,9 @@ def _profile_from_stats(source: Any, stats: list[Any], wall: list[float]) -> Pro
     compute = [i for i, n in enumerate(nodes) if any(not r.startswith("^") for r in n.input)]
     timed = {*ran, *(u for group in fused.values() for u in group)}
     removed = frozenset(i for i in compute if i not in timed)
-    times = _split_fused(nodes, index, ran, fused, removed)
-    durations = _split_fused(nodes, index, ran_raw, fused, removed)
+    flops = _flops(source) if fused else None
+    times = _split_fused(ran, fused, removed, flops)
+    durations = _split_fused(ran_raw, fused, removed, flops)
     return Profile(
         times=times,
         step_time=statistics.median(wall) if wall else float("nan"),
@@ -627,26 +585,17 @@ def _fusions(
 
 
 def _split_fused(
-    nodes: list[Any],
-    index: dict[str, int],
     ran: dict[int, float],
     fused: dict[int, list[int]],
     removed: frozenset[int],
+    flops: Any,
 ) -> dict[int, float]:
-    """Node times: a fused kernel's time split over its chain by FLOPs; removed nodes 0."""
-
-    def producer_shape(ref: str) -> list[int] | None:
-        p = _producer(index, ref)
-        if p is None:
-            return None
-        k = int(ref.split(":")[1]) if ":" in ref else 0
-        shapes = _shapes(nodes[p])
-        return shapes[k] if k < len(shapes) else None
-
+    """Node times: a fused kernel's time split over its chain by the cost model's FLOPs
+    (``flops``, by node index); removed nodes 0."""
     times = dict(ran)
     for v, group in fused.items():
         members = [v, *group]
-        weights = [_flop_weight(nodes[u], producer_shape) for u in members]
+        weights = [float(flops[u]) for u in members]
         total = math.fsum(weights)
         share = [w / total for w in weights] if total > 0 else [1.0] + [0.0] * len(group)
         for u, f in zip(members, share, strict=True):

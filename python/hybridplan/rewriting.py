@@ -87,14 +87,15 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import _args
+from . import _args, _core
 from .errors import InvalidArgumentError, UnsupportedGraphError
 from .inlining import inlined, maybe_inline
 
 __all__ = ["TARGETS", "RewriteSummary", "Rewritten", "Target", "rewrite", "rewrite_with_summary"]
 
 DO_NOT_REMOVE = "_grappler_do_not_remove"
-_NO_SWAP_DTYPES = {20, 21}  # DT_RESOURCE, DT_VARIANT: handles, not buffers
+#: Handle dtypes (resource, variant: the core's dtype table): no buffer to swap.
+_NO_SWAP_DTYPES = frozenset(code for code, _, _, handle in _core.dtypes() if handle)
 
 
 @dataclass(frozen=True)

@@ -247,10 +247,7 @@ pub fn op_costs(g: &Graph, dev: &DeviceModel) -> OpCosts {
     let mut unknown = vec![false; g.ops.len()];
     for v in 0..n as u32 {
         let op = g.nodes[v as usize].op as usize;
-        let mut kind = kinds[op];
-        if g.inputs(v).is_empty() && kind != Kind::Optimizer {
-            kind = Kind::Free;
-        }
+        let kind = node_kind(g, v, &kinds);
         if kind == Kind::Unknown {
             unknown[op] = true;
         }
@@ -265,6 +262,34 @@ pub fn op_costs(g: &Graph, dev: &DeviceModel) -> OpCosts {
         .collect();
     c.unknown_ops.sort_unstable();
     c
+}
+
+/// The FLOPs of every node (the `flops` of [`op_costs`], which do not
+/// depend on the device): what a caller splitting a measured time over
+/// nodes weighs them by.
+///
+/// # Complexity
+/// O(N + E + D).
+pub fn flops(g: &Graph) -> Vec<f64> {
+    let kinds: Vec<Kind> = g.ops.iter().map(|op| kind_of(op)).collect();
+    (0..g.num_nodes() as u32)
+        .map(|v| match node_kind(g, v, &kinds) {
+            Kind::Free | Kind::Overhead => 0.0,
+            Kind::Optimizer => 5.0 * largest_input(g, v).0,
+            kind => flops_of(g, v, kind),
+        })
+        .collect()
+}
+
+/// The kind of node `v` from the kinds of its op type: a node with no data
+/// inputs runs no kernel (but an optimizer update).
+fn node_kind(g: &Graph, v: u32, kinds: &[Kind]) -> Kind {
+    let kind = kinds[g.nodes[v as usize].op as usize];
+    if g.inputs(v).is_empty() && kind != Kind::Optimizer {
+        Kind::Free
+    } else {
+        kind
+    }
 }
 
 /// (seconds, FLOPs, bytes) of one node.

@@ -18,6 +18,12 @@ impl DType {
     pub const RESOURCE: DType = DType(20);
     pub const VARIANT: DType = DType(21);
 
+    /// Every type this table knows, by code (1..=32): what the Python
+    /// package reads instead of keeping its own codes.
+    pub fn all() -> impl Iterator<Item = DType> {
+        (1..=32u8).map(DType)
+    }
+
     /// Folds a raw protobuf enum value (which may be a `_REF` type) into a dtype.
     /// Unknown values give `None`.
     pub fn from_proto(v: i64) -> Option<DType> {

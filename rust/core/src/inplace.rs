@@ -10,8 +10,8 @@
 //! reference), by an alias that is still read, by a copy to the host that
 //! has not finished, and for good by a fed input, a constant or a
 //! variable. So an op forwards input `x` when:
-//! - its op type forwards (see [`rule`]: the slots it tries, in order, and
-//!   the output written in place);
+//! - its op type forwards ([`crate::opkind::forwards`]: the slots it tries,
+//!   in order, and the output written in place);
 //! - `x` has the output's dtype and byte size;
 //! - the op is the last reader of `x`'s buffer (the owner, its aliases and
 //!   anything already forwarded into it) and reads it in one slot only;
@@ -31,7 +31,7 @@
 //! the two agree on the empty plan.
 //!
 //! # Complexity
-//! [`rule`] is O(1) per op type; [`table`] O(ops). A decision tries the
+//! [`table`] is O(ops). A decision tries the
 //! op's candidate inputs in order and counts the reads of the first one whose
 //! buffer ends at the op: O(k) for an op of k inputs, O(E) over a graph;
 //! O(k^2) only for an op that reads one buffer in several slots and whose
@@ -39,85 +39,10 @@
 //! buffers read once by sorting each op's inputs, O(k log k).
 
 use crate::graph::{Graph, NodeFlags};
+use crate::opkind::forwards;
+pub use crate::opkind::Forward;
 
-/// Which inputs an op type may forward, and into which output.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Forward {
-    /// Output 0 from input 0.
-    First,
-    /// Output 0 from input 0, else input 1.
-    Either,
-    /// Output 0 from any input, in order (`AddN`).
-    Any,
-    /// Output 0 from input 1, else input 2 (`Select`: the branches).
-    Branches,
-    /// Output 1 from input 0 (`SparseSoftmaxCrossEntropyWithLogits`: the
-    /// backprop written into the logits).
-    BackpropIntoLogits,
-}
-
-impl Forward {
-    /// The output written in place.
-    pub fn output(self) -> u32 {
-        match self {
-            Forward::BackpropIntoLogits => 1,
-            _ => 0,
-        }
-    }
-
-    /// Input slots tried, in order, for an op of `n_inputs` inputs.
-    pub fn slots(self, n_inputs: usize) -> std::ops::Range<usize> {
-        let r = match self {
-            Forward::First | Forward::BackpropIntoLogits => 0..1,
-            Forward::Either => 0..2,
-            Forward::Any => 0..n_inputs,
-            Forward::Branches => 1..3,
-        };
-        r.start.min(n_inputs)..r.end.min(n_inputs)
-    }
-
-    fn code(self) -> u8 {
-        self as u8 + 1
-    }
-
-    fn from_code(c: u8) -> Option<Forward> {
-        [
-            Forward::First,
-            Forward::Either,
-            Forward::Any,
-            Forward::Branches,
-            Forward::BackpropIntoLogits,
-        ]
-        .get(usize::from(c).wrapping_sub(1))
-        .copied()
-    }
-}
-
-/// How an op type forwards, or `None` if it always allocates. The kernels
-/// named here call `forward_input_or_allocate_output` (or, for `AddN`,
-/// `forward_input_to_output_with_shape`) in TensorFlow: unary and binary
-/// element-wise ops, activations and their gradients, `BiasAdd`, softmax.
-pub fn rule(op: &str) -> Option<Forward> {
-    Some(match op {
-        "Neg" | "Abs" | "Sign" | "Square" | "Relu" | "Relu6" | "LeakyRelu" | "Elu" | "Selu"
-        | "Floor" | "Ceil" | "Round" | "Rint" | "Rsqrt" | "Sqrt" | "Reciprocal" | "Inv" | "Exp"
-        | "Expm1" | "Log" | "Log1p" | "Tanh" | "Sigmoid" | "Erf" | "Erfc" | "Softplus"
-        | "Softsign" | "Sin" | "Cos" | "Tan" | "Atan" | "Lgamma" | "Digamma" | "LogicalNot"
-        | "ClipByValue" | "BiasAdd" | "BiasAddV1" | "Softmax" | "LogSoftmax" => Forward::First,
-        "Add" | "AddV2" | "Sub" | "Mul" | "Maximum" | "Minimum" | "RealDiv" | "Div"
-        | "DivNoNan" | "MulNoNan" | "Xdivy" | "Xlogy" | "Pow" | "Atan2" | "FloorMod"
-        | "FloorDiv" | "Mod" | "SquaredDifference" | "LogicalAnd" | "LogicalOr" | "ReluGrad"
-        | "Relu6Grad" | "LeakyReluGrad" | "EluGrad" | "SeluGrad" | "SoftplusGrad"
-        | "SoftsignGrad" | "TanhGrad" | "SigmoidGrad" | "RsqrtGrad" | "SqrtGrad"
-        | "ReciprocalGrad" => Forward::Either,
-        "AddN" | "AccumulateNV2" => Forward::Any,
-        "Select" | "SelectV2" => Forward::Branches,
-        "SparseSoftmaxCrossEntropyWithLogits" => Forward::BackpropIntoLogits,
-        _ => return None,
-    })
-}
-
-/// [`rule`] of every op type of `g`, by op id, packed in a byte (0: none;
+/// [`crate::opkind::forwards`] of every op type of `g`, by op id, packed in a byte (0: none;
 /// all none for a graph built with
 /// [`crate::build::BuildOptions::separate_buffers`]): decided once per
 /// graph, read per node.
@@ -126,7 +51,7 @@ pub fn table(g: &Graph) -> Vec<u8> {
         .iter()
         .map(|op| match g.separate_buffers {
             true => 0,
-            false => rule(op).map_or(0, Forward::code),
+            false => forwards(op).map_or(0, Forward::code),
         })
         .collect()
 }
@@ -144,8 +69,7 @@ pub fn of_node(g: &Graph, table: &[u8], v: u32) -> Option<(Forward, u32)> {
 /// (a source op's: the caller's feed; a constant's: its kernel), so that
 /// nothing is ever written into it?
 pub fn pinned(g: &Graph, v: u32) -> bool {
-    g.nodes[v as usize].flags.has(NodeFlags::SOURCE)
-        || matches!(g.op_name(v), "Const" | "HostConst")
+    g.nodes[v as usize].flags.has(NodeFlags::SOURCE) || crate::opkind::is_constant(g.op_name(v))
 }
 
 /// Can the output `out` of node `v` take over the buffer of its input in
@@ -163,10 +87,10 @@ mod tests {
 
     #[test]
     fn rules() {
-        assert_eq!(rule("Relu"), Some(Forward::First));
-        assert_eq!(rule("ReluGrad"), Some(Forward::Either));
-        assert_eq!(rule("Conv2D"), None);
-        assert_eq!(rule("Cast"), None);
+        assert_eq!(forwards("Relu"), Some(Forward::First));
+        assert_eq!(forwards("ReluGrad"), Some(Forward::Either));
+        assert_eq!(forwards("Conv2D"), None);
+        assert_eq!(forwards("Cast"), None);
         assert_eq!(Forward::Branches.slots(3), 1..3);
         assert_eq!(Forward::Either.slots(1), 0..1);
         assert_eq!(Forward::Any.slots(4), 0..4);

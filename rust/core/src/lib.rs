@@ -41,6 +41,7 @@ pub(crate) mod direct;
 pub mod dtype;
 pub mod error;
 pub mod export;
+pub mod facts;
 pub(crate) mod flatdecode;
 pub mod graph;
 pub mod graphdef;

@@ -1,6 +1,10 @@
 //! What the planner knows about op types: which are control flow, which must
-//! never be cloned, which share their input's buffer, which are checkpoint
-//! ops that head a recompute unit.
+//! never be cloned, which share or take over their input's buffer, which are
+//! collectives, which take kernel scratch and from which operands, which are
+//! checkpoint ops that head a recompute unit.
+//!
+//! This is the one table of op facts: the rest of the core and the Python
+//! package (through the per-node facts of `analyze`, `crate::facts`) ask it.
 //!
 //! These are facts about TensorFlow op semantics (the op registry), not about
 //! any model: no decision anywhere depends on node names.
@@ -35,10 +39,20 @@ pub fn is_control_flow(op: &str) -> bool {
 
 /// Ops that call one function of the GraphDef's library with their inputs and return
 /// its outputs. hybridplan's Python layer inlines them before planning
-/// (`python/hybridplan/inlining.py`, which names the same ops), as TensorFlow does
+/// (`python/hybridplan/inlining.py`, which reads this list), as TensorFlow does
 /// before it runs a step; one left in the graph was not inlinable there.
+pub const FUNCTION_CALLS: [&str; 2] = ["PartitionedCall", "StatefulPartitionedCall"];
+
+/// Is `op` one of [`FUNCTION_CALLS`]?
 pub fn is_function_call(op: &str) -> bool {
-    matches!(op, "PartitionedCall" | "StatefulPartitionedCall")
+    FUNCTION_CALLS.contains(&op)
+}
+
+/// Collective communication ops (all-reduce, all-gather, broadcast across
+/// replicas): never recomputed, and the distributed rewrite swaps none of
+/// their outputs.
+pub fn is_collective(op: &str) -> bool {
+    op.starts_with("Collective") || op.starts_with("Nccl")
 }
 
 /// Ops that must never be recomputed: random (stateful RNG), side effects,
@@ -51,8 +65,7 @@ pub fn never_recompute(op: &str) -> bool {
         return false;
     }
     op.contains("Random")
-        || op.starts_with("Collective")
-        || op.starts_with("Nccl")
+        || is_collective(op)
         || op.starts_with("_Send")
         || op.starts_with("_Recv")
         || op.starts_with("_HostSend")
@@ -114,9 +127,20 @@ pub fn takes_handle(op: &str) -> bool {
         )
 }
 
+/// The op that reads a resource variable's value (its output aliases the
+/// variable's buffer when its input is a handle, [`reads_variable`]).
+pub fn is_variable_read(op: &str) -> bool {
+    op == "ReadVariableOp"
+}
+
+/// Constants: their buffer is held by the kernel for the whole step.
+pub fn is_constant(op: &str) -> bool {
+    matches!(op, "Const" | "HostConst")
+}
+
 /// True if the op's output aliases a variable's buffer (a read of a handle).
 pub fn reads_variable(op: &str, takes_handle: bool) -> bool {
-    takes_handle && op == "ReadVariableOp"
+    takes_handle && is_variable_read(op)
 }
 
 /// For ops whose output shares an input's buffer: the input slot it
@@ -129,6 +153,84 @@ pub fn aliased_input(op: &str) -> Option<usize> {
         _ if passes_each_input_through(op.as_bytes()) => Some(usize::MAX),
         _ => None,
     }
+}
+
+/// Which inputs an op type may forward, and into which output.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Forward {
+    /// Output 0 from input 0.
+    First,
+    /// Output 0 from input 0, else input 1.
+    Either,
+    /// Output 0 from any input, in order (`AddN`).
+    Any,
+    /// Output 0 from input 1, else input 2 (`Select`: the branches).
+    Branches,
+    /// Output 1 from input 0 (`SparseSoftmaxCrossEntropyWithLogits`: the
+    /// backprop written into the logits).
+    BackpropIntoLogits,
+}
+
+impl Forward {
+    /// The output written in place.
+    pub fn output(self) -> u32 {
+        match self {
+            Forward::BackpropIntoLogits => 1,
+            _ => 0,
+        }
+    }
+
+    /// Input slots tried, in order, for an op of `n_inputs` inputs.
+    pub fn slots(self, n_inputs: usize) -> std::ops::Range<usize> {
+        let r = match self {
+            Forward::First | Forward::BackpropIntoLogits => 0..1,
+            Forward::Either => 0..2,
+            Forward::Any => 0..n_inputs,
+            Forward::Branches => 1..3,
+        };
+        r.start.min(n_inputs)..r.end.min(n_inputs)
+    }
+
+    pub(crate) fn code(self) -> u8 {
+        self as u8 + 1
+    }
+
+    pub(crate) fn from_code(c: u8) -> Option<Forward> {
+        [
+            Forward::First,
+            Forward::Either,
+            Forward::Any,
+            Forward::Branches,
+            Forward::BackpropIntoLogits,
+        ]
+        .get(usize::from(c).wrapping_sub(1))
+        .copied()
+    }
+}
+
+/// How an op type forwards its output into an input's buffer (`crate::inplace`
+/// decides when it may), or `None` if it always allocates. The kernels
+/// named here call `forward_input_or_allocate_output` (or, for `AddN`,
+/// `forward_input_to_output_with_shape`) in TensorFlow: unary and binary
+/// element-wise ops, activations and their gradients, `BiasAdd`, softmax.
+pub fn forwards(op: &str) -> Option<Forward> {
+    Some(match op {
+        "Neg" | "Abs" | "Sign" | "Square" | "Relu" | "Relu6" | "LeakyRelu" | "Elu" | "Selu"
+        | "Floor" | "Ceil" | "Round" | "Rint" | "Rsqrt" | "Sqrt" | "Reciprocal" | "Inv" | "Exp"
+        | "Expm1" | "Log" | "Log1p" | "Tanh" | "Sigmoid" | "Erf" | "Erfc" | "Softplus"
+        | "Softsign" | "Sin" | "Cos" | "Tan" | "Atan" | "Lgamma" | "Digamma" | "LogicalNot"
+        | "ClipByValue" | "BiasAdd" | "BiasAddV1" | "Softmax" | "LogSoftmax" => Forward::First,
+        "Add" | "AddV2" | "Sub" | "Mul" | "Maximum" | "Minimum" | "RealDiv" | "Div"
+        | "DivNoNan" | "MulNoNan" | "Xdivy" | "Xlogy" | "Pow" | "Atan2" | "FloorMod"
+        | "FloorDiv" | "Mod" | "SquaredDifference" | "LogicalAnd" | "LogicalOr" | "ReluGrad"
+        | "Relu6Grad" | "LeakyReluGrad" | "EluGrad" | "SeluGrad" | "SoftplusGrad"
+        | "SoftsignGrad" | "TanhGrad" | "SigmoidGrad" | "RsqrtGrad" | "SqrtGrad"
+        | "ReciprocalGrad" => Forward::Either,
+        "AddN" | "AccumulateNV2" => Forward::Any,
+        "Select" | "SelectV2" => Forward::Branches,
+        "SparseSoftmaxCrossEntropyWithLogits" => Forward::BackpropIntoLogits,
+        _ => return None,
+    })
 }
 
 /// Ops whose output i is their data input i passed through, typed by entry
@@ -176,6 +278,97 @@ pub fn is_convolution(op: &str) -> bool {
             | "DepthwiseConv2dNativeBackpropInput"
             | "DepthwiseConv2dNativeBackpropFilter"
             | "Conv"
+    )
+}
+
+/// TensorFlow's own CPU convolution gradients that take an im2col scratch
+/// buffer (`crate::workspace` sizes it). Their inputs are (input or
+/// `input_sizes`, filter or `filter_sizes`, `out_backprop`); see
+/// [`Im2col::filter`] and [`Im2col::out_backprop`] for the operands the
+/// size is computed from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Im2col {
+    /// `Conv2DCustomBackpropFilterOp` (conv_grad_filter_ops.cc).
+    Conv2DFilter,
+    /// `Conv2DCustomBackpropInputOp` (conv_grad_input_ops.h).
+    Conv2DInput,
+    /// `Conv3DCustomBackpropInputOp` (conv_grad_ops_3d.cc).
+    Conv3DInput,
+}
+
+/// Where a shape comes from: an input slot or output 0.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Operand {
+    Input(usize),
+    Output0,
+}
+
+impl Im2col {
+    /// The operand holding the filter's shape: output 0 of a filter
+    /// gradient (the inputs give only `filter_sizes`), else input 1.
+    pub fn filter(self) -> Operand {
+        match self {
+            Im2col::Conv2DFilter => Operand::Output0,
+            Im2col::Conv2DInput | Im2col::Conv3DInput => Operand::Input(1),
+        }
+    }
+
+    /// The input slot of `out_backprop`.
+    pub fn out_backprop(self) -> usize {
+        2
+    }
+
+    /// The rank of the shapes (4: NHWC, 5: NDHWC).
+    pub fn rank(self) -> usize {
+        match self {
+            Im2col::Conv3DInput => 5,
+            _ => 4,
+        }
+    }
+}
+
+/// The im2col scratch an op type takes with TensorFlow's own CPU kernels.
+pub fn im2col(op: &str) -> Option<Im2col> {
+    Some(match op {
+        "Conv2DBackpropFilter" | "Conv2DBackpropFilterV2" => Im2col::Conv2DFilter,
+        "Conv2DBackpropInput" | "Conv2DBackpropInputV2" => Im2col::Conv2DInput,
+        "Conv3DBackpropInputV2" | "Conv3DBackpropInput" => Im2col::Conv3DInput,
+        _ => return None,
+    })
+}
+
+/// Ops that are in none of Grappler's remapper patterns nor oneDNN's
+/// fusions (contraction + bias + activation, batch norm + activation,
+/// swish, GELU, layer norm, pad + convolution, transpose + convolution,
+/// backprop filter + bias gradient...), so a control edge on them blocks
+/// nothing.
+pub fn never_fused(op: &str) -> bool {
+    matches!(
+        op,
+        "MaxPool"
+            | "MaxPoolV2"
+            | "MaxPool3D"
+            | "AvgPool"
+            | "AvgPool3D"
+            | "MaxPoolGrad"
+            | "MaxPoolGradV2"
+            | "MaxPool3DGrad"
+            | "AvgPoolGrad"
+            | "AvgPool3DGrad"
+            | "ConcatV2"
+            | "Pack"
+            | "Unpack"
+            | "Split"
+            | "SplitV"
+            | "Slice"
+            | "StridedSlice"
+            | "StridedSliceGrad"
+            | "Tile"
+            | "GatherV2"
+            | "Softmax"
+            | "LogSoftmax"
+            | "SparseSoftmaxCrossEntropyWithLogits"
+            | "SoftmaxCrossEntropyWithLogits"
     )
 }
 

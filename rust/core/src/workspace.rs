@@ -16,6 +16,10 @@
 //! | `gpu-cudnn` | convolutions and their gradients | `limit_bytes` each | cuDNN's workspace: TensorFlow's autotuner may give a convolution up to `TF_CUDNN_WORKSPACE_LIMIT_IN_MB` (default 4096 MiB) of scratch |
 //! | `none` | every op | 0 | |
 //!
+//! Which op types take scratch, and the operands their size is read from,
+//! are op facts ([`crate::opkind::im2col`], [`crate::opkind::is_convolution`]);
+//! this file holds the rule's arithmetic.
+//!
 //! Smaller scratch the CPU kernels take (an Eigen `MatMul` in bfloat16:
 //! 48 KiB; `MaxPoolGrad`: 8 KiB) is not modelled. A measured profile
 //! overrides the rule per node ([`crate::build::BuildOptions::workspace_profile`]).
@@ -31,6 +35,7 @@ use serde::{Deserialize, Serialize};
 use crate::dtype::DType;
 use crate::error::{PlanError, Result};
 use crate::graph::Graph;
+use crate::opkind::{self, Im2col, Operand};
 
 /// Which kernels run the step, and so how much scratch each op takes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
@@ -194,29 +199,20 @@ pub fn op_workspace(g: &Graph, v: u32, rule: WorkspaceRule) -> u64 {
             }
         }
         WorkspaceRule::GpuCudnn { limit_bytes } => {
-            if crate::opkind::is_convolution(op) {
+            if opkind::is_convolution(op) {
                 limit_bytes
             } else {
                 0
             }
         }
-        WorkspaceRule::CpuEigen { threads, l3_bytes } => match op {
-            "Conv2DBackpropFilter" | "Conv2DBackpropFilterV2" => {
-                eigen_conv_grad(g, v, ConvGrad::Filter, threads)
+        WorkspaceRule::CpuEigen { threads, l3_bytes } => match opkind::im2col(op) {
+            Some(k @ (Im2col::Conv2DFilter | Im2col::Conv2DInput)) => {
+                eigen_conv_grad(g, v, k, threads)
             }
-            "Conv2DBackpropInput" | "Conv2DBackpropInputV2" => {
-                eigen_conv_grad(g, v, ConvGrad::Input, threads)
-            }
-            "Conv3DBackpropInputV2" | "Conv3DBackpropInput" => eigen_conv3d_input(g, v, l3_bytes),
-            _ => 0,
+            Some(k @ Im2col::Conv3DInput) => eigen_conv3d_input(g, v, k, l3_bytes),
+            None => 0,
         },
     }
-}
-
-#[derive(Clone, Copy, PartialEq)]
-enum ConvGrad {
-    Filter,
-    Input,
 }
 
 /// TensorFlow's "L3" working-set target of the im2col convolution
@@ -225,10 +221,17 @@ const L3_TARGET: u64 = 30 << 20;
 /// Their per-thread "L2" threshold for a parallel contraction, bytes.
 const L2_MIN: u64 = 256 << 10;
 
-/// The im2col buffer of `Conv2DCustom{BackpropFilter,BackpropInput}Op`.
-/// Inputs: (input or input_sizes, filter or filter_sizes, out_backprop);
-/// output 0: the filter's (Filter) or the input's (Input) gradient.
-fn eigen_conv_grad(g: &Graph, v: u32, which: ConvGrad, threads: u32) -> u64 {
+/// The tensor of an op's operand: output 0 or an input slot.
+fn operand(g: &Graph, v: u32, o: Operand) -> Option<u32> {
+    match o {
+        Operand::Output0 => g.outputs(v).next(),
+        Operand::Input(k) => g.inputs(v).get(k).copied(),
+    }
+}
+
+/// The im2col buffer of `Conv2DCustom{BackpropFilter,BackpropInput}Op`,
+/// the shapes taken from the operands [`Im2col`] names.
+fn eigen_conv_grad(g: &Graph, v: u32, which: Im2col, threads: u32) -> u64 {
     let ins = g.inputs(v);
     let Some(out) = g.outputs(v).next() else {
         return 0;
@@ -236,12 +239,15 @@ fn eigen_conv_grad(g: &Graph, v: u32, which: ConvGrad, threads: u32) -> u64 {
     if ins.len() < 3 {
         return 0;
     }
-    let filter = match which {
-        ConvGrad::Filter => g.shape(out),
-        ConvGrad::Input => g.shape(ins[1]),
+    let (Some(f), Some(dy)) = (
+        operand(g, v, which.filter()),
+        operand(g, v, Operand::Input(which.out_backprop())),
+    ) else {
+        return 0;
     };
-    let dy = g.shape(ins[2]);
-    if filter.len() != 4 || dy.len() != 4 || filter.iter().chain(dy).any(|&d| d < 0) {
+    let (filter, dy) = (g.shape(f), g.shape(dy));
+    let r = which.rank();
+    if filter.len() != r || dy.len() != r || filter.iter().chain(dy).any(|&d| d < 0) {
         return 0;
     }
     let t = g.tensors[out as usize].dtype.size().max(1);
@@ -255,8 +261,8 @@ fn eigen_conv_grad(g: &Graph, v: u32, which: ConvGrad, threads: u32) -> u64 {
     if work == 0 {
         return 0;
     }
-    let parallel =
-        which == ConvGrad::Input && (dy[0] == 1 || work / u64::from(threads.max(1)) >= L2_MIN / t);
+    let parallel = which == Im2col::Conv2DInput
+        && (dy[0] == 1 || work / u64::from(threads.max(1)) >= L2_MIN / t);
     let shard = if parallel {
         1
     } else {
@@ -274,7 +280,7 @@ pub const DEFAULT_L3: u64 = 32 << 20;
 /// size; none when that buffer would exceed 25x the elements of input,
 /// filter and `out_backprop` together (the kernel then falls back on
 /// Eigen's own, measured without scratch).
-fn eigen_conv3d_input(g: &Graph, v: u32, l3: u64) -> u64 {
+fn eigen_conv3d_input(g: &Graph, v: u32, which: Im2col, l3: u64) -> u64 {
     let ins = g.inputs(v);
     let Some(out) = g.outputs(v).next() else {
         return 0;
@@ -282,8 +288,15 @@ fn eigen_conv3d_input(g: &Graph, v: u32, l3: u64) -> u64 {
     if ins.len() < 3 {
         return 0;
     }
-    let (x, f, dy) = (g.shape(out), g.shape(ins[1]), g.shape(ins[2]));
-    if x.len() != 5 || f.len() != 5 || dy.len() != 5 || x.iter().chain(f).chain(dy).any(|&d| d < 0)
+    let (Some(f), Some(dy)) = (
+        operand(g, v, which.filter()),
+        operand(g, v, Operand::Input(which.out_backprop())),
+    ) else {
+        return 0;
+    };
+    let (x, f, dy) = (g.shape(out), g.shape(f), g.shape(dy));
+    let r = which.rank();
+    if x.len() != r || f.len() != r || dy.len() != r || x.iter().chain(f).chain(dy).any(|&d| d < 0)
     {
         return 0;
     }

@@ -16,7 +16,6 @@ use hybridplan_core::build::{build, BuildOptions, NodeSpec, OutSpec};
 use hybridplan_core::dtype::DType;
 use hybridplan_core::graph::{Graph, NodeFlags, NONE};
 use hybridplan_core::graphdef::Shape;
-use hybridplan_core::inplace;
 use hybridplan_core::liveness::{liveness, Liveness};
 use hybridplan_core::opkind;
 use hybridplan_core::schedule::{schedule, Schedule};
@@ -237,7 +236,7 @@ fn reference_timeline(g: &Graph, s: &Schedule) -> Vec<u64> {
         hi
     };
     for (p, &v) in s.order.iter().enumerate() {
-        let Some(f) = inplace::rule(g.op_name(v)) else {
+        let Some(f) = opkind::forwards(g.op_name(v)) else {
             continue;
         };
         let outs = g.outputs(v);

@@ -98,6 +98,41 @@ impl CoreAnalysis {
         }
         Ok(d)
     }
+    /// Per-node facts from the core's op table (`core::facts::node_facts`):
+    /// a dict of arrays by node id, `kernel_class` a list.
+    fn node_facts<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let f = core::facts::node_facts(&self.inner);
+        let d = PyDict::new(py);
+        let (lo, hi): (Vec<u32>, Vec<u32>) = f.forward_slots.iter().copied().unzip();
+        d.set_item("flops", f.flops.into_pyarray(py))?;
+        d.set_item("aliased_input", f.aliased_input.into_pyarray(py))?;
+        d.set_item("forward_output", f.forward_output.into_pyarray(py))?;
+        d.set_item("forward_slot_start", lo.into_pyarray(py))?;
+        d.set_item("forward_slot_end", hi.into_pyarray(py))?;
+        d.set_item("collective", f.collective.into_pyarray(py))?;
+        d.set_item("takes_handle", f.takes_handle.into_pyarray(py))?;
+        d.set_item("never_clone", f.never_clone.into_pyarray(py))?;
+        d.set_item("kernel_class", f.kernel_class)?;
+        d.set_item("workspace", f.workspace.into_pyarray(py))?;
+        Ok(d)
+    }
+    /// Per-tensor facts with the liveness of the schedule
+    /// (`core::facts::tensor_facts`): a dict of arrays by tensor id.
+    fn tensor_facts<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let f = core::facts::tensor_facts(&self.inner);
+        let d = PyDict::new(py);
+        d.set_item("node", f.node.into_pyarray(py))?;
+        d.set_item("index", f.index.into_pyarray(py))?;
+        d.set_item("dtype", f.dtype.into_pyarray(py))?;
+        d.set_item("bytes", f.bytes.into_pyarray(py))?;
+        d.set_item("value_bytes", f.value_bytes.into_pyarray(py))?;
+        d.set_item("owner", f.owner.into_pyarray(py))?;
+        d.set_item("written_into", f.written_into.into_pyarray(py))?;
+        d.set_item("produce", f.produce.into_pyarray(py))?;
+        d.set_item("last_use", f.last_use.into_pyarray(py))?;
+        d.set_item("buffer_end", f.buffer_end.into_pyarray(py))?;
+        Ok(d)
+    }
     /// The `k` largest tensors live at the peak: (name, bytes, dtype, shape, op).
     fn live_at_peak(&self, k: usize) -> Vec<(String, u64, String, Vec<i64>, String)> {
         let g = &self.inner.graph;
@@ -473,6 +508,42 @@ fn replay(
     })
 }
 
+/// The core's dtype table: (code, name, bytes per element, is a handle).
+#[pyfunction]
+fn dtypes() -> Vec<(u8, &'static str, u64, bool)> {
+    core::dtype::DType::all()
+        .map(|t| (t.0, t.name(), t.size(), t.is_handle()))
+        .collect()
+}
+
+/// The core's op table for one op type (`core::facts::op_type_facts`):
+/// (collective, takes a handle, never recomputed by its kind, kernel class).
+#[pyfunction]
+fn op_facts(op: &str) -> (bool, bool, bool, Option<&'static str>) {
+    let f = core::facts::op_type_facts(op);
+    (
+        f.collective,
+        f.takes_handle,
+        f.never_recompute,
+        f.kernel_class,
+    )
+}
+
+/// The op types that call a library function (`core::opkind::FUNCTION_CALLS`).
+#[pyfunction]
+fn function_call_ops() -> Vec<&'static str> {
+    core::opkind::FUNCTION_CALLS.to_vec()
+}
+
+/// The planning strategies in report order: (name, one-line rule, swaps).
+#[pyfunction]
+fn strategies() -> Vec<(&'static str, &'static str, bool)> {
+    core::plan::planner::Strategy::ALL
+        .iter()
+        .map(|s| (s.name(), s.rule(), s.swaps()))
+        .collect()
+}
+
 #[pymodule]
 fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<CoreAnalysis>()?;
@@ -485,6 +556,10 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(export_problem, m)?)?;
     m.add_function(wrap_pyfunction!(simulate_plan, m)?)?;
     m.add_function(wrap_pyfunction!(replay, m)?)?;
+    m.add_function(wrap_pyfunction!(dtypes, m)?)?;
+    m.add_function(wrap_pyfunction!(strategies, m)?)?;
+    m.add_function(wrap_pyfunction!(op_facts, m)?)?;
+    m.add_function(wrap_pyfunction!(function_call_ops, m)?)?;
     m.add("REPLAY_VERSION", core::replay::VERSION)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())

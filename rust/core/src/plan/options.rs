@@ -452,7 +452,7 @@ struct Placed {
 fn fused_away(g: &Graph, p: u32, t: u32) -> bool {
     g.consumers(t).len() == 1
         && !g.nodes[p as usize].flags.has(NodeFlags::SOURCE)
-        && g.op_name(p) != "ReadVariableOp"
+        && !crate::opkind::is_variable_read(g.op_name(p))
 }
 
 /// `clones` grown by the producers of the tensors they read that are

@@ -90,6 +90,27 @@ impl Strategy {
             Strategy::Hybrid => "hybrid",
         }
     }
+
+    /// The strategy's rule in one line (what `hybridplan.STRATEGIES` and
+    /// the CLI show).
+    pub fn rule(self) -> &'static str {
+        match self {
+            Strategy::Tflms => "TensorFlow Large Model Support's swapping (its parameters tuned with the simulator, or given)",
+            Strategy::Swap => "the better of TFLMS and hybridplan's own swap planner",
+            Strategy::Recompute => "recomputation only",
+            Strategy::Chen => "Chen et al.'s sqrt(n) checkpointing over the forward pass's cut points, a budget-blind reference",
+            Strategy::HybridPaper => "the published hybrid of swapping and recomputation, from the TFLMS plan",
+            Strategy::Hybrid => "the fastest plan that fits",
+        }
+    }
+
+    /// Does the strategy swap, so that TFLMS parameters set its swap plan?
+    pub fn swaps(self) -> bool {
+        matches!(
+            self,
+            Strategy::Tflms | Strategy::Swap | Strategy::HybridPaper | Strategy::Hybrid
+        )
+    }
 }
 
 impl FromStr for Strategy {

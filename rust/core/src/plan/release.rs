@@ -114,7 +114,7 @@ pub fn set_releases(g: &Graph, s: &Schedule, plan: &mut Plan, sim: &SimResult) {
 /// or after `r`, everything upstream of the copy before it). None: `r`
 /// cannot be gated. O(in-degree of r + out-degree of the reads).
 fn gate_of(g: &Graph, s: &Schedule, r: u32) -> Option<u32> {
-    if never_fused(g.op_name(r)) {
+    if crate::opkind::never_fused(g.op_name(r)) {
         return Some(r);
     }
     let at = s.pos[r as usize];
@@ -122,48 +122,13 @@ fn gate_of(g: &Graph, s: &Schedule, r: u32) -> Option<u32> {
         .iter()
         .map(|&t| g.tensors[t as usize].node)
         .find(|&p| {
-            g.op_name(p) == "ReadVariableOp"
+            crate::opkind::is_variable_read(g.op_name(p))
                 && g.control_outputs(p)
                     .iter()
                     .all(|&c| s.pos[c as usize] >= at)
                 && g.outputs(p)
                     .all(|o| g.consumers(o).iter().all(|&c| s.pos[c as usize] >= at))
         })
-}
-
-/// Ops that are in none of Grappler's remapper patterns nor oneDNN's
-/// fusions (contraction + bias + activation, batch norm + activation,
-/// swish, GELU, layer norm, pad + convolution, transpose + convolution,
-/// backprop filter + bias gradient...), so a control edge on them blocks
-/// nothing.
-fn never_fused(op: &str) -> bool {
-    matches!(
-        op,
-        "MaxPool"
-            | "MaxPoolV2"
-            | "MaxPool3D"
-            | "AvgPool"
-            | "AvgPool3D"
-            | "MaxPoolGrad"
-            | "MaxPoolGradV2"
-            | "MaxPool3DGrad"
-            | "AvgPoolGrad"
-            | "AvgPool3DGrad"
-            | "ConcatV2"
-            | "Pack"
-            | "Unpack"
-            | "Split"
-            | "SplitV"
-            | "Slice"
-            | "StridedSlice"
-            | "StridedSliceGrad"
-            | "Tile"
-            | "GatherV2"
-            | "Softmax"
-            | "LogSoftmax"
-            | "SparseSoftmaxCrossEntropyWithLogits"
-            | "SoftmaxCrossEntropyWithLogits"
-    )
 }
 
 /// The ops with a position in `lo..` that `sinks` wait for (data and
