@@ -24,7 +24,8 @@ use std::hint::black_box;
 use std::time::Duration;
 
 use criterion::{criterion_group, criterion_main, Criterion, SamplingMode, Throughput};
-use hybridplan_core::build::{build, graph_from_bytes, specs_from_raw, BuildOptions};
+use hybridplan_core::build::{build, graph_from_bytes, BuildOptions};
+use hybridplan_core::reference::specs_from_raw;
 use hybridplan_core::synth::{self, SynthKind, SynthSpec};
 use hybridplan_core::{analyze, graphdef, liveness, schedule};
 

@@ -1,12 +1,9 @@
-//! Building the [`Graph`] from decoded `NodeDef`s or from flat node specs.
-//!
-//! Two routes give the same graph: the reference route ([`specs_from_raw`]
-//! of [`crate::graphdef::decode`]'s records, then [`build`], also the entry
-//! of flat specs) and the direct route from bytes that
-//! [`graph_from_bytes`] takes (crate-private module `direct`), which shares
-//! `tensor_size` and the steps after the edges (consumers, flags and
-//! aliases, phases, persistent bytes) with [`build`], and defers to the
-//! reference route on any error.
+//! Building the [`Graph`]: from serialized `GraphDef` bytes
+//! ([`graph_from_bytes`], the decoder's route, crate-private modules
+//! `flatdecode` and `direct`) or from flat node specs ([`build`]). Both
+//! share [`tensor_size`] and the steps after the edges ([`finish`]:
+//! consumers, flags and aliases, phases, persistent bytes), and report the
+//! same errors for the same faults.
 //!
 //! # Complexity
 //! O(N + E + D) time and memory for N nodes, E edges and D shape dimensions;
@@ -18,8 +15,12 @@ use rustc_hash::FxHashMap;
 use crate::dtype::DType;
 use crate::error::{PlanError, Result};
 use crate::graph::{big_vec_of, Graph, Name, Node, NodeFlags, Tensor, NONE};
-use crate::graphdef::{Attr, RawGraph, RawNode, Shape};
 use crate::opkind;
+
+/// A shape as written in a `TensorShapeProto`: `None` for unknown rank,
+/// `-1` for an unknown dimension.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Shape(pub Option<Vec<i64>>);
 
 /// One output of a node spec: dtype (`None`: not known) and shape.
 #[derive(Debug, Clone, PartialEq)]
@@ -61,200 +62,52 @@ pub struct BuildOptions {
     pub workspace_profile: Vec<(String, u64)>,
 }
 
-/// Turns decoded `NodeDef`s into node specs: output count and shapes from
-/// `_output_shapes` (or `shape` / a `Const` value), dtypes from attributes.
-///
-/// # Complexity
-/// O(N + inputs).
-pub fn specs_from_raw<'a>(raw: &RawGraph<'a>) -> Result<Vec<NodeSpec<'a>>> {
-    // The name index is needed only for nodes without `_output_shapes` or
-    // without a readable dtype; a graph exported with add_shapes=True has
-    // neither, and skips a hash map of every name and a parse of every input.
-    let mut index = None;
-    let all_shaped = raw.nodes.iter().all(|n| {
-        matches!(
-            n.attr("_output_shapes"),
-            Some(Attr::Shapes(_) | Attr::Shape(_))
-        )
-    });
-    let referenced = if all_shaped {
-        Vec::new()
-    } else {
-        max_referenced_outputs(raw, index.get_or_insert_with(|| raw_index(raw)))?
-    };
-    let functions: rustc_hash::FxHashSet<&str> = raw.functions.iter().copied().collect();
-    let mut specs = Vec::with_capacity(raw.nodes.len());
-    for (i, n) in raw.nodes.iter().enumerate() {
-        let shaped = matches!(
-            n.attr("_output_shapes"),
-            Some(Attr::Shapes(_) | Attr::Shape(_))
-        );
-        let shapes: Vec<Shape> = match n.attr("_output_shapes") {
-            Some(Attr::Shapes(s)) => s.clone(),
-            Some(Attr::Shape(s)) => vec![s.clone()],
-            _ => fallback_shapes(n, referenced.get(i).copied().unwrap_or(0)),
-        };
-        let count = shapes.len();
-        if opkind::passes_each_input_through(n.op.as_bytes()) {
-            check_pass_through(n, shaped.then_some(count))?;
-        }
-        let outputs = shapes
-            .into_iter()
-            .enumerate()
-            .map(|(k, shape)| OutSpec {
-                dtype: output_dtype(n, k, count),
-                shape,
-            })
-            .collect();
-        let calls_function =
-            n.calls_function() || opkind::is_control_flow(n.op) || functions.contains(n.op);
-        specs.push(NodeSpec {
-            name: n.name,
-            op: n.op,
-            device: n.device,
-            inputs: n.inputs.clone(),
-            outputs,
-            calls_function,
-        });
-    }
-    if specs
-        .iter()
-        .any(|s| s.outputs.iter().any(|o| o.dtype.is_none()))
-    {
-        inherit_dtypes(&mut specs, index.get_or_insert_with(|| raw_index(raw)))?;
-    }
-    Ok(specs)
-}
-
-/// Refuses an op that passes each data input through as the output of the
-/// same index typed by `T` (`opkind::passes_each_input_through`) unless `T`
-/// lists one type per data input and `_output_shapes`, if given (`shaped`:
-/// its count), one shape per data input. TensorFlow refuses such a node, and
-/// the rewrite, which counts the outputs from `T`, could not redirect a
-/// reader of an output `T` lacks. O(inputs).
-fn check_pass_through(n: &RawNode<'_>, shaped: Option<usize>) -> Result<()> {
-    let data = n.inputs.iter().filter(|s| !s.starts_with('^')).count();
-    let listed = match n.attr("T") {
-        Some(Attr::Types(ts)) => Some(ts.len()),
-        Some(Attr::Shapes(s)) if s.is_empty() => Some(0), // an empty list
-        _ => None,
-    };
-    let what = match (listed, n.attr("T")) {
-        (Some(k), _) if k == data => match shaped {
+/// The error of an op that passes each data input through as the output
+/// of the same index typed by `T` (`opkind::passes_each_input_through`)
+/// unless `T` lists one type per data input and `_output_shapes`, if given
+/// (`shaped`: its count), one shape per data input; `None` if it does.
+/// `listed`: `None` for no `T`, `Some(None)` for a `T` that is not a list
+/// of types, else the number of types listed. TensorFlow refuses such a
+/// node, and the rewrite, which counts the outputs from `T`, could not
+/// redirect a reader of an output `T` lacks. O(1).
+pub(crate) fn pass_through_fault(
+    name: &str,
+    op: &str,
+    data: usize,
+    listed: Option<Option<usize>>,
+    shaped: Option<usize>,
+) -> Option<PlanError> {
+    let what = match listed {
+        Some(Some(k)) if k == data => match shaped {
             Some(c) if c != data => format!("_output_shapes lists {c} shapes"),
-            _ => return Ok(()),
+            _ => return None,
         },
-        (Some(k), _) => format!("its attribute T lists {k} types"),
-        (None, None) => "it has no attribute T".into(),
-        (None, Some(_)) => "its attribute T is not a list of types".into(),
+        Some(Some(k)) => format!("its attribute T lists {k} types"),
+        None => "it has no attribute T".into(),
+        Some(None) => "its attribute T is not a list of types".into(),
     };
-    Err(PlanError::InvalidGraph(format!(
-        "node '{}' (op {}) has {data} data inputs but {what}: it passes input i \
+    Some(PlanError::InvalidGraph(format!(
+        "node '{name}' (op {op}) has {data} data inputs but {what}: it passes input i \
          through as output i of type T[i], so T must list {data} types (and \
-         _output_shapes {data} shapes); TensorFlow refuses this NodeDef too",
-        n.name, n.op
+         _output_shapes {data} shapes); TensorFlow refuses this NodeDef too"
     )))
 }
 
-fn raw_index<'a>(raw: &RawGraph<'a>) -> FxHashMap<&'a str, usize> {
-    let mut index: FxHashMap<&str, usize> = FxHashMap::default();
-    index.reserve(raw.nodes.len());
-    for (i, n) in raw.nodes.iter().enumerate() {
-        index.insert(n.name, i);
-    }
-    index
-}
-
-/// Outputs whose dtype no attribute gives take the dtype of the node's
-/// first data input (one pass in node order, which is topological for
-/// traced graphs). O(N).
-fn inherit_dtypes(specs: &mut [NodeSpec<'_>], index: &FxHashMap<&str, usize>) -> Result<()> {
-    for i in 0..specs.len() {
-        if specs[i].outputs.iter().all(|o| o.dtype.is_some()) {
-            continue;
-        }
-        let mut from = None;
-        for inp in &specs[i].inputs {
-            if let InputRef::Data(name, k) = parse_input(inp)? {
-                from = index
-                    .get(name)
-                    .and_then(|&j| specs[j].outputs.get(k as usize))
-                    .and_then(|o| o.dtype);
-                break;
-            }
-        }
-        for o in &mut specs[i].outputs {
-            if o.dtype.is_none() {
-                o.dtype = from;
-            }
-        }
-    }
-    Ok(())
-}
-
-/// For every node, 1 + the largest output index any input references (0 if none).
-fn max_referenced_outputs(raw: &RawGraph<'_>, index: &FxHashMap<&str, usize>) -> Result<Vec<u32>> {
-    let mut out = vec![0u32; raw.nodes.len()];
-    for n in &raw.nodes {
-        for inp in &n.inputs {
-            if let InputRef::Data(name, k) = parse_input(inp)? {
-                if k >= MAX_OUTPUTS {
-                    return Err(PlanError::InvalidGraph(format!(
-                        "node '{}' reads output {k} of '{name}': no op has that many outputs",
-                        n.name
-                    )));
-                }
-                if let Some(&j) = index.get(name) {
-                    out[j] = out[j].max(k + 1);
-                }
-            }
-        }
-    }
-    Ok(out)
-}
-
-/// Output indices at or above this are rejected as malformed (no TensorFlow
-/// op has that many outputs; the bound keeps untrusted input from asking for
-/// billions of tensors).
+/// Output indices at or above this are rejected as malformed where a node
+/// lacks `_output_shapes` (no TensorFlow op has that many outputs; the
+/// bound keeps untrusted input from asking for billions of tensors).
 pub(crate) const MAX_OUTPUTS: u32 = 1 << 16;
 
-fn fallback_shapes(n: &RawNode<'_>, referenced: u32) -> Vec<Shape> {
-    let one = match (n.attr("shape"), n.attr("value")) {
-        (Some(Attr::Shape(s)), _) => s.clone(),
-        (_, Some(Attr::TensorShape(s))) => s.clone(),
-        _ => Shape(None),
-    };
-    let count = if n.attr("shape").is_some() || n.attr("value").is_some() {
-        referenced.max(1)
-    } else {
-        referenced
-    };
-    vec![one; count as usize]
+/// The error of a graph without nodes.
+pub(crate) fn no_nodes() -> PlanError {
+    PlanError::InvalidGraph(
+        "the graph has no nodes: export the traced step with as_graph_def(add_shapes=True)".into(),
+    )
 }
 
-/// The dtype of output `k` of `count`, read from the node's attributes.
-///
-/// Rule, first match wins: a type list (`Tout`, `output_types`, `out_types`,
-/// `component_types`, `T`) with one entry per output; `VarHandleOp` gives a
-/// resource; a single type in `out_type`, `output_type`, `DstT`, `dtype`,
-/// `Tidx` (for `Range`), `T`. `None` if nothing applies.
-fn output_dtype(n: &RawNode<'_>, k: usize, count: usize) -> Option<DType> {
-    for key in ["Tout", "output_types", "out_types", "component_types", "T"] {
-        if let Some(Attr::Types(ts)) = n.attr(key) {
-            if ts.len() == count {
-                return DType::from_proto(ts[k]);
-            }
-        }
-    }
-    if n.op == "VarHandleOp" {
-        return Some(DType::RESOURCE);
-    }
-    let keys: &[&str] = if n.op == "Range" {
-        &["Tidx"]
-    } else {
-        &["out_type", "output_type", "DstT", "dtype", "T", "Tparams"]
-    };
-    keys.iter().find_map(|k| n.attr_type(k))
+/// The error of a graph of 2^32 tensors or more.
+pub(crate) fn too_many_tensors() -> PlanError {
+    PlanError::InvalidGraph("more than 2^32 tensors".into())
 }
 
 /// A parsed input reference.
@@ -296,10 +149,7 @@ pub(crate) fn parse_input(s: &str) -> Result<InputRef<'_>> {
 /// O(N + E + D).
 pub fn build(specs: &[NodeSpec<'_>], opts: &BuildOptions) -> Result<Graph> {
     if specs.is_empty() {
-        return Err(PlanError::InvalidGraph(
-            "the graph has no nodes: export the traced step with as_graph_def(add_shapes=True)"
-                .into(),
-        ));
+        return Err(no_nodes());
     }
     if specs.len() >= NONE as usize / 2 {
         return Err(PlanError::InvalidGraph("more than 2^31 nodes".into()));
@@ -442,7 +292,7 @@ fn add_nodes_and_tensors(g: &mut Graph, specs: &[NodeSpec<'_>]) -> Result<()> {
             g.tensors.push(t);
         }
         if g.tensors.len() >= NONE as usize {
-            return Err(PlanError::InvalidGraph("more than 2^32 tensors".into()));
+            return Err(too_many_tensors());
         }
         g.out_off.push(g.tensors.len() as u32);
     }
@@ -767,46 +617,30 @@ fn persistent_bytes(g: &Graph, variables: &[u32]) -> u64 {
     total
 }
 
-/// Decodes and builds in one call: the graph of
-/// `build(&specs_from_raw(&graphdef::decode(bytes)?)?, opts)`, by the direct
-/// route (no record per node, one name map, inputs parsed once).
+/// Decodes and builds in one call: the graph of the serialized `GraphDef`
+/// `bytes`, with no record per node, one name map, inputs parsed once
+/// (crate-private module `direct`).
 ///
 /// # Errors
-/// Those of [`crate::graphdef::decode`], [`specs_from_raw`] and [`build`],
-/// the same as the reference route gives: on any error the direct route
-/// defers to it.
+/// [`PlanError::Decode`] for malformed bytes (what is wrong, the byte
+/// offset, the node and attribute); [`PlanError::InvalidGraph`] and
+/// [`PlanError::UnknownShape`] as [`build`] gives them for the same node
+/// specs; those of [`finish`].
 ///
 /// # Complexity
 /// O(bytes + N + T + E + D) expected time and O(N + T + E + D) memory
-/// besides the input, in a few dozen vectors whatever N; on an error, that
-/// of [`reference_graph_from_bytes`] on top.
+/// besides the input, in a few dozen vectors whatever N.
 ///
 /// ```
-/// use hybridplan_core::build::{graph_from_bytes, reference_graph_from_bytes, BuildOptions};
+/// use hybridplan_core::build::{graph_from_bytes, BuildOptions};
 /// use hybridplan_core::synth::{residual_graphdef, SynthSpec};
 /// let bytes = residual_graphdef(&SynthSpec { blocks: 1, ..Default::default() });
-/// let opts = BuildOptions::default();
-/// assert_eq!(graph_from_bytes(&bytes, &opts), reference_graph_from_bytes(&bytes, &opts));
+/// let g = graph_from_bytes(&bytes, &BuildOptions::default()).unwrap();
+/// assert!(g.num_nodes() > 10);
+/// assert!(graph_from_bytes(&bytes[..bytes.len() / 2], &BuildOptions::default()).is_err());
 /// ```
 pub fn graph_from_bytes(bytes: &[u8], opts: &BuildOptions) -> Result<Graph> {
-    match crate::direct::graph_from_bytes(bytes, opts) {
-        Some(result) => result,
-        None => reference_graph_from_bytes(bytes, opts),
-    }
-}
-
-/// The reference route: [`crate::graphdef::decode`], [`specs_from_raw`],
-/// [`build`].
-///
-/// # Errors
-/// Those of the three.
-///
-/// # Complexity
-/// O(bytes + N + E + D), with a record and a few allocations per node.
-pub fn reference_graph_from_bytes(bytes: &[u8], opts: &BuildOptions) -> Result<Graph> {
-    let raw = crate::graphdef::decode(bytes)?;
-    let specs = specs_from_raw(&raw)?;
-    build(&specs, opts)
+    crate::direct::graph_from_bytes(bytes, opts)
 }
 
 #[cfg(test)]

@@ -7,9 +7,9 @@
 //!
 //! | phase | module | what |
 //! |---|---|---|
-//! | decode + build | `direct` (with `flatdecode`, `nametable`) | `GraphDef` bytes -> [`graph::Graph`] (CSR arrays) in one pass over flat arrays, as [`build::graph_from_bytes`] does |
-//! | decode | [`graphdef`] | the reference decoder: `GraphDef` bytes -> borrowed node records |
-//! | build | [`build`] | node records or flat specs -> [`graph::Graph`], op facts from [`opkind`] |
+//! | decode + build | `flatdecode`, `direct` (with `nametable`) | `GraphDef` bytes -> [`graph::Graph`] (CSR arrays) in one pass over flat arrays, with typed errors, as [`build::graph_from_bytes`] does |
+//! | build | [`build`] | flat node specs -> [`graph::Graph`]; what both routes share; op facts from [`opkind`] |
+//! | test oracle | `graphdef`, `reference` (tests and the `testing` feature) | the reference decoder: `GraphDef` bytes -> borrowed node records -> node specs |
 //! | phases | [`phase`] | forward / backward / update from the loss |
 //! | schedule | [`schedule`] | deterministic topological order |
 //! | liveness | [`liveness`], [`inplace`], [`workspace`] | live intervals, memory timeline, peak; outputs written into their input's buffer; the kernels' scratch |
@@ -38,6 +38,7 @@ pub mod error;
 pub mod export;
 pub(crate) mod flatdecode;
 pub mod graph;
+#[cfg(any(test, feature = "testing"))]
 pub mod graphdef;
 pub mod host;
 pub mod inplace;
@@ -46,6 +47,8 @@ pub(crate) mod nametable;
 pub mod opkind;
 pub mod phase;
 pub mod plan;
+#[cfg(any(test, feature = "testing"))]
+pub mod reference;
 pub mod replay;
 pub mod schedule;
 pub mod simulate;

@@ -97,9 +97,9 @@ pub fn safe_trigger_sorted(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::build::Shape;
     use crate::build::{build, BuildOptions, NodeSpec, OutSpec};
     use crate::dtype::DType;
-    use crate::graphdef::Shape;
     use crate::schedule::schedule;
 
     fn spec(name: &'static str, op: &'static str, inputs: &[&'static str]) -> NodeSpec<'static> {
