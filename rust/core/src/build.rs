@@ -1,9 +1,9 @@
-//! Building the [`Graph`]: from serialized `GraphDef` bytes
-//! ([`graph_from_bytes`], the decoder's route, crate-private modules
-//! `flatdecode` and `direct`) or from flat node specs ([`build`]). Both
-//! share [`tensor_size`] and the steps after the edges ([`finish`]:
-//! consumers, flags and aliases, phases, persistent bytes), and report the
-//! same errors for the same faults.
+//! Building the [`Graph`] from flat node specs ([`build`]), and what the
+//! GraphDef decoder ([`crate::graph_from_bytes`], crate-private modules
+//! `flatdecode` and `direct`, which use this one) shares with it:
+//! [`tensor_size`], the steps after the edges ([`finish`]: consumers, flags
+//! and aliases, phases, persistent bytes) and the errors, so that the same
+//! faults give the same errors on both routes.
 //!
 //! # Complexity
 //! O(N + E + D) time and memory for N nodes, E edges and D shape dimensions;
@@ -615,32 +615,6 @@ fn persistent_bytes(g: &Graph, variables: &[u32]) -> u64 {
         total = total.saturating_add(best);
     }
     total
-}
-
-/// Decodes and builds in one call: the graph of the serialized `GraphDef`
-/// `bytes`, with no record per node, one name map, inputs parsed once
-/// (crate-private module `direct`).
-///
-/// # Errors
-/// [`PlanError::Decode`] for malformed bytes (what is wrong, the byte
-/// offset, the node and attribute); [`PlanError::InvalidGraph`] and
-/// [`PlanError::UnknownShape`] as [`build`] gives them for the same node
-/// specs; those of [`finish`].
-///
-/// # Complexity
-/// O(bytes + N + T + E + D) expected time and O(N + T + E + D) memory
-/// besides the input, in a few dozen vectors whatever N.
-///
-/// ```
-/// use hybridplan_core::build::{graph_from_bytes, BuildOptions};
-/// use hybridplan_core::synth::{residual_graphdef, SynthSpec};
-/// let bytes = residual_graphdef(&SynthSpec { blocks: 1, ..Default::default() });
-/// let g = graph_from_bytes(&bytes, &BuildOptions::default()).unwrap();
-/// assert!(g.num_nodes() > 10);
-/// assert!(graph_from_bytes(&bytes[..bytes.len() / 2], &BuildOptions::default()).is_err());
-/// ```
-pub fn graph_from_bytes(bytes: &[u8], opts: &BuildOptions) -> Result<Graph> {
-    crate::direct::graph_from_bytes(bytes, opts)
 }
 
 #[cfg(test)]

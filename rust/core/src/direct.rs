@@ -1,5 +1,5 @@
 //! The GraphDef decoder's build: serialized `GraphDef` bytes to a [`Graph`],
-//! taken by [`crate::build::graph_from_bytes`] and so by [`crate::analyze`],
+//! [`crate::graph_from_bytes`], and so [`crate::analyze`],
 //! in flat arrays, with no record per node:
 //!
 //! 1. [`flatdecode::decode`] hands over one node at a time, its strings
@@ -54,17 +54,29 @@ use faults::Faults;
 /// [`Faults::big_k`].
 const BIG_K: u16 = u16::MAX;
 
-/// Builds the graph of `bytes` as [`build::build`] would from the specs of
-/// the reference decoder.
+/// Decodes and builds in one call: the graph of the serialized `GraphDef`
+/// `bytes` (the graph [`build::build`] gives for the same node specs), with
+/// no record per node, one name map, inputs parsed once. Public as
+/// `hybridplan_core::graph_from_bytes`.
 ///
 /// # Errors
-/// [`PlanError::Decode`] for malformed bytes; [`PlanError::InvalidGraph`]
-/// and [`PlanError::UnknownShape`] as [`build::build`] gives them, and
-/// those of [`build::finish`].
+/// [`PlanError::Decode`] for malformed bytes (what is wrong, the byte
+/// offset, the node and attribute); [`PlanError::InvalidGraph`] and
+/// [`PlanError::UnknownShape`] as [`build::build`] gives them for the same
+/// node specs; those of [`build::finish`].
 ///
 /// # Complexity
 /// See the module documentation.
-pub(crate) fn graph_from_bytes(bytes: &[u8], opts: &BuildOptions) -> Result<Graph> {
+///
+/// ```
+/// use hybridplan_core::{build::BuildOptions, graph_from_bytes};
+/// use hybridplan_core::synth::{residual_graphdef, SynthSpec};
+/// let bytes = residual_graphdef(&SynthSpec { blocks: 1, ..Default::default() });
+/// let g = graph_from_bytes(&bytes, &BuildOptions::default()).unwrap();
+/// assert!(g.num_nodes() > 10);
+/// assert!(graph_from_bytes(&bytes[..bytes.len() / 2], &BuildOptions::default()).is_err());
+/// ```
+pub fn graph_from_bytes(bytes: &[u8], opts: &BuildOptions) -> Result<Graph> {
     // Capacities from the size of the input, on the high side: traced steps
     // take 100 to 300 bytes a node, and pages reserved but never written
     // cost no memory. Vectors grow past them if need be.

@@ -4,7 +4,7 @@
 //! without being interpreted. Strings borrow from the input bytes.
 //!
 //! This is the reference decoder, kept as the test oracle of the decoder
-//! of [`crate::build::graph_from_bytes`] (the crate-private `flatdecode`,
+//! of [`crate::graph_from_bytes`] (the crate-private `flatdecode`,
 //! with no record per node), which must accept what this one accepts, with
 //! the same meaning, and reject the rest. Compiled for tests and with the
 //! `testing` feature only.

@@ -7,7 +7,7 @@
 //!
 //! | phase | module | what |
 //! |---|---|---|
-//! | decode + build | `flatdecode`, `direct` (with `nametable`) | `GraphDef` bytes -> [`graph::Graph`] (CSR arrays) in one pass over flat arrays, with typed errors, as [`build::graph_from_bytes`] does |
+//! | decode + build | `flatdecode`, `direct` (with `nametable`) | `GraphDef` bytes -> [`graph::Graph`] (CSR arrays) in one pass over flat arrays, with typed errors: [`graph_from_bytes`] |
 //! | build | [`build`] | flat node specs -> [`graph::Graph`]; what both routes share; op facts from [`opkind`] |
 //! | test oracle | `graphdef`, `reference` (tests and the `testing` feature) | the reference decoder: `GraphDef` bytes -> borrowed node records -> node specs |
 //! | phases | [`phase`] | forward / backward / update from the loss |
@@ -57,6 +57,7 @@ pub mod untimed;
 pub(crate) mod wire;
 pub mod workspace;
 
+pub use direct::graph_from_bytes;
 pub use error::{PlanError, Result};
 
 /// A graph with its schedule and liveness.
@@ -75,7 +76,7 @@ pub struct Analysis {
 /// # Complexity
 /// O(bytes + N log N + E).
 pub fn analyze(bytes: &[u8], opts: &build::BuildOptions) -> Result<Analysis> {
-    let graph = build::graph_from_bytes(bytes, opts)?;
+    let graph = graph_from_bytes(bytes, opts)?;
     analyze_graph(graph)
 }
 

@@ -306,8 +306,7 @@ impl Liveness {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::build::Shape;
-    use crate::build::{build, BuildOptions, NodeSpec, OutSpec};
+    use crate::build::{build, BuildOptions, NodeSpec, OutSpec, Shape};
     use crate::dtype::DType;
 
     /// The narrow and wide timelines of a -> b -> c (c reads a and b), each

@@ -1,5 +1,5 @@
 //! The reference route from `GraphDef` bytes to a [`Graph`], kept as the
-//! test oracle of the decoder ([`build::graph_from_bytes`]): the records of
+//! test oracle of the decoder ([`crate::graph_from_bytes`]): the records of
 //! [`crate::graphdef::decode`], turned into node specs
 //! ([`specs_from_raw`]), built by [`build::build`]. Compiled for tests and
 //! with the `testing` feature only.
@@ -16,7 +16,7 @@ use crate::graph::Graph;
 use crate::graphdef::{Attr, RawGraph, RawNode};
 use crate::opkind;
 
-/// Runs the decoder ([`build::graph_from_bytes`]) and the reference route
+/// Runs the decoder ([`crate::graph_from_bytes`]) and the reference route
 /// on `bytes`. They agree when both give the same graph, or both fail with
 /// the same error, but for malformed bytes, which both report as
 /// [`PlanError::Decode`] in their own words (the decoder gives the offset
@@ -29,7 +29,7 @@ pub fn agree(
     bytes: &[u8],
     opts: &build::BuildOptions,
 ) -> std::result::Result<Option<Graph>, String> {
-    let got = build::graph_from_bytes(bytes, opts);
+    let got = crate::graph_from_bytes(bytes, opts);
     let reference = reference_graph_from_bytes(bytes, opts);
     match (got, reference) {
         (Ok(g), Ok(r)) if g == r => Ok(Some(g)),

@@ -75,8 +75,7 @@ fn live(g: &Graph) -> Vec<bool> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::build::Shape;
-    use crate::build::{build, BuildOptions, NodeSpec, OutSpec};
+    use crate::build::{build, BuildOptions, NodeSpec, OutSpec, Shape};
     use crate::dtype::DType;
 
     fn spec(name: &'static str, op: &'static str, inputs: &[&'static str]) -> NodeSpec<'static> {

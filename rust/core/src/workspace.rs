@@ -342,8 +342,7 @@ pub fn table(g: &Graph, rule: WorkspaceRule, overrides: &[(u32, u64)]) -> Vec<u6
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::build::Shape;
-    use crate::build::{build, BuildOptions, NodeSpec, OutSpec};
+    use crate::build::{build, BuildOptions, NodeSpec, OutSpec, Shape};
     use crate::dtype::DType;
 
     fn out(dtype: DType, dims: &[i64]) -> Vec<OutSpec> {

@@ -7,7 +7,8 @@
 //! each reports in its own words). And the decoder's own errors say what
 //! is wrong and where.
 
-use hybridplan_core::build::{graph_from_bytes, BuildOptions};
+use hybridplan_core::build::BuildOptions;
+use hybridplan_core::graph_from_bytes;
 use hybridplan_core::reference::agree;
 use hybridplan_core::synth::{self, SynthKind, SynthSpec};
 use hybridplan_core::PlanError;

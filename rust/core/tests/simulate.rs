@@ -1,8 +1,7 @@
 //! The simulator on tiny graphs whose answers are worked out by hand, the
 //! empty-plan peak against liveness, and plan validation.
 
-use hybridplan_core::build::Shape;
-use hybridplan_core::build::{build, BuildOptions, NodeSpec, OutSpec};
+use hybridplan_core::build::{build, BuildOptions, NodeSpec, OutSpec, Shape};
 use hybridplan_core::device::{preset, DeviceModel};
 use hybridplan_core::dtype::DType;
 use hybridplan_core::graph::{Graph, Phase};

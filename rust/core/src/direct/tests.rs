@@ -5,9 +5,10 @@ use proptest::collection::vec;
 use proptest::prelude::*;
 use proptest::sample::Index;
 
-use crate::build::{graph_from_bytes, BuildOptions};
+use crate::build::BuildOptions;
 use crate::dtype::DType;
 use crate::error::PlanError;
+use crate::graph_from_bytes;
 use crate::reference::{agree, reference_graph_from_bytes};
 use crate::synth::{self, SynthKind, SynthSpec};
 use crate::wire::{Writer, LEN};

@@ -124,8 +124,7 @@ fn in_scope(name: &str, scope: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::build::Shape;
-    use crate::build::{build, BuildOptions, NodeSpec, OutSpec};
+    use crate::build::{build, BuildOptions, NodeSpec, OutSpec, Shape};
     use crate::dtype::DType;
 
     fn graph() -> Graph {

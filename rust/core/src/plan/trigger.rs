@@ -97,8 +97,7 @@ pub fn safe_trigger_sorted(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::build::Shape;
-    use crate::build::{build, BuildOptions, NodeSpec, OutSpec};
+    use crate::build::{build, BuildOptions, NodeSpec, OutSpec, Shape};
     use crate::dtype::DType;
     use crate::schedule::schedule;
 
