@@ -77,24 +77,45 @@ const BIG_K: u16 = u16::MAX;
 /// assert!(graph_from_bytes(&bytes[..bytes.len() / 2], &BuildOptions::default()).is_err());
 /// ```
 pub fn graph_from_bytes(bytes: &[u8], opts: &BuildOptions) -> Result<Graph> {
+    // A node name with a `:` (which TensorFlow never writes) calls for the
+    // exact parse of every input; without one, that of the inputs not
+    // resolved on sight is enough.
+    match build_graph(bytes, opts, false) {
+        Some(result) => result,
+        None => build_graph(bytes, opts, true).unwrap_or_else(|| Err(build::no_nodes())),
+    }
+}
+
+/// [`graph_from_bytes`]; `None` if a node name has a `:` and `exact` is
+/// false.
+fn build_graph(bytes: &[u8], opts: &BuildOptions, exact: bool) -> Option<Result<Graph>> {
     // Capacities from the size of the input, on the high side: traced steps
     // take 100 to 300 bytes a node, and pages reserved but never written
     // cost no memory. Vectors grow past them if need be.
     let mut b = Builder::new(bytes, bytes.len() / 128, bytes.len() / 4);
+    b.exact = exact;
     // The same for the output shapes and their dimensions, which otherwise
     // grow by doubling, copied (the synthetic steps take about 175 bytes an
     // output shape and 100 a dimension).
     let mut arrays = Arrays::default();
     arrays.out.shapes = big_vec(bytes.len() / 48);
     arrays.out.dims = big_vec(bytes.len() / 16);
-    let functions = flatdecode::decode(bytes, &mut arrays, |v, a| b.node(v, a))?;
-    let mut g = b.assemble(arrays, &functions)?;
+    let functions = match flatdecode::decode(bytes, &mut arrays, |v, a| b.node(v, a)) {
+        Ok(f) => f,
+        Err(e) => return Some(Err(e)),
+    };
+    if !exact && b.names.any_has(b':') {
+        return None;
+    }
+    let mut g = match b.assemble(arrays, &functions) {
+        Ok(g) => g,
+        Err(e) => return Some(Err(e)),
+    };
     let lookup = |g: &Graph, name: &str| {
         b.names
             .find(name.as_bytes(), |i| g.nodes[i as usize].name.as_bytes())
     };
-    build::finish(&mut g, opts, lookup)?;
-    Ok(g)
+    Some(build::finish(&mut g, opts, lookup).map(|()| g))
 }
 
 /// What is kept of a node without `_output_shapes` until its output count
@@ -148,6 +169,9 @@ struct Builder<'a> {
     unshaped: Vec<Unshaped>,
     /// What is wrong, held until it can be reported.
     faults: Faults,
+    /// Parse every input exactly (else only those not resolved on sight:
+    /// right when no node name has a `:`).
+    exact: bool,
 }
 
 impl<'a> Builder<'a> {
@@ -177,11 +201,13 @@ impl<'a> Builder<'a> {
             out_dtype: big_vec(n),
             unshaped: Vec::new(),
             faults: Faults::default(),
+            exact: false,
         }
     }
 
     /// Step 1 for one node. Returns only errors of the bytes (a string not
     /// UTF-8); the others are held in [`Builder::faults`].
+    #[inline]
     fn node(&mut self, v: &NodeView<'a, '_>, arrays: &Arrays) -> Result<()> {
         let id = self.meta.len() as u32;
         if self.faults.stopped.is_some() {
@@ -252,6 +278,7 @@ impl<'a> Builder<'a> {
     /// Once the graph is known invalid: only the UTF-8 of the strings of
     /// node `id` (the errors of the bytes come first).
     #[cold]
+    #[inline(never)]
     fn check_strings(&self, id: u32, v: &NodeView<'a, '_>) -> Result<()> {
         let fields = [(v.name, "name"), (v.op, "op"), (v.device, "device")];
         let inputs = v.inputs.iter().map(|&s| (s, "input"));
@@ -275,23 +302,16 @@ impl<'a> Builder<'a> {
     #[inline]
     fn input(&mut self, id: u32, user: &[u8], s: &'a [u8], data: &mut u32) -> Result<()> {
         let Some((name, k)) = parse_input(s) else {
-            if std::str::from_utf8(s).is_err() {
-                return Err(flatdecode::not_utf8(
-                    self.input,
-                    s,
-                    id as usize,
-                    user,
-                    "input",
-                ));
-            }
-            self.faults.bad_input(id, *data, s);
-            self.in_src.push(NONE);
-            self.in_k.push(0);
-            *data += 1;
-            return Ok(());
+            return self.unparsed(id, user, s, data);
         };
         let h = nametable::hash(name);
         let src = self.names.recent(name, h);
+        // Taken whole, an input is right unless it has a `:` (then what
+        // follows the last one is not a `u32`): only the inputs not resolved
+        // on sight can have one when no node name has one.
+        if name.len() == s.len() && (src.is_none() || self.exact) && name.contains(&b':') {
+            return self.unparsed(id, user, s, data);
+        }
         let control = k.is_none();
         let at = match k {
             None => {
@@ -325,6 +345,26 @@ impl<'a> Builder<'a> {
                 name,
             });
         }
+        Ok(())
+    }
+
+    /// Input `s` of node `id` (named `user`) does not parse.
+    #[cold]
+    #[inline(never)]
+    fn unparsed(&mut self, id: u32, user: &[u8], s: &'a [u8], data: &mut u32) -> Result<()> {
+        if std::str::from_utf8(s).is_err() {
+            return Err(flatdecode::not_utf8(
+                self.input,
+                s,
+                id as usize,
+                user,
+                "input",
+            ));
+        }
+        self.faults.bad_input(id, *data, s);
+        self.in_src.push(NONE);
+        self.in_k.push(0);
+        *data += 1;
         Ok(())
     }
 
@@ -394,6 +434,7 @@ impl<'a> Builder<'a> {
     }
 
     #[cold]
+    #[inline(never)]
     fn report_bad_name(&mut self, text: Vec<u8>) -> PlanError {
         self.names.restore_text(text);
         self.bad_name().unwrap_or_else(build::no_nodes)
@@ -476,8 +517,9 @@ impl<'a> Builder<'a> {
 /// Splits an input reference as `build::parse_input` does (the part after
 /// the last `:` is the output index): `^node` gives (`node`, `None`),
 /// `node:k` gives (`node`, `Some(k)`), `node` gives (`node`, `Some(0)`).
-/// `None` where that fails: something after the last `:` that is not a
-/// `u32`.
+/// `None` where that fails: after the last `:`, something not a `u32` but
+/// for nothing at all or a string without digits at its end (taken whole:
+/// the caller checks those for a `:`).
 #[inline]
 fn parse_input(s: &[u8]) -> Option<(&[u8], Option<u32>)> {
     if let [b'^', rest @ ..] = s {
@@ -490,9 +532,6 @@ fn parse_input(s: &[u8]) -> Option<(&[u8], Option<u32>)> {
     }
     if colon > 0 && s[colon - 1] == b':' {
         return Some((&s[..colon - 1], Some(parse_index(&s[colon..])?)));
-    }
-    if s.contains(&b':') {
-        return None;
     }
     Some((s, Some(0)))
 }

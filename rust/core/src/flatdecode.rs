@@ -160,7 +160,13 @@ pub(crate) fn decode<'a>(
             }
             (2, LEN) => library(r.bytes().map_err(at_top)?, &mut functions)
                 .map_err(|m| report::malformed(bytes, m, &report::Place::Library))?,
-            (1 | 2, _) => return Err(at_top(r.fault_at_key(Fault::GraphDefWire))),
+            (1 | 2, _) => {
+                let f = Fault::GraphDefWire {
+                    field: field as u8,
+                    wire,
+                };
+                return Err(at_top(r.fault_here(f)));
+            }
             _ => r.skip(wire).map_err(at_top)?,
         }
     }
@@ -174,6 +180,7 @@ pub(crate) fn decode<'a>(
 /// # Complexity
 /// O(bytes), walking the fields of the `GraphDef` and of the node.
 #[cold]
+#[inline(never)]
 pub(crate) fn name_in_input(bytes: &[u8], index: usize) -> Option<&[u8]> {
     let mut r = Scan::new(bytes);
     let mut seen = 0;
@@ -297,6 +304,7 @@ impl Default for NodeState<'_> {
 impl<'a> NodeState<'a> {
     /// The error of `m`, met in node `index` of `input`.
     #[cold]
+    #[inline(never)]
     fn malformed(&self, input: &[u8], m: Malformed, index: usize) -> PlanError {
         let place = report::Place::Node {
             index,
@@ -322,7 +330,13 @@ impl<'a> NodeState<'a> {
                 (3, LEN) => self.inputs.push(r.bytes()?),
                 (4, LEN) => device = replace(device, r.bytes()?)?,
                 (5, LEN) => self.attr_entry(r.bytes()?, arrays)?,
-                (1..=5, _) => return Err(r.fault_at_key(Fault::NodeDefWire)),
+                (1..=5, _) => {
+                    let f = Fault::NodeDefWire {
+                        field: field as u8,
+                        wire,
+                    };
+                    return Err(r.fault_here(f));
+                }
                 _ => r.skip(wire)?,
             }
         }

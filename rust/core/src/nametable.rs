@@ -196,6 +196,11 @@ impl Names {
         (std::mem::take(&mut self.text), &self.ends)
     }
 
+    /// Whether some name has the byte `b`.
+    pub(crate) fn any_has(&self, b: u8) -> bool {
+        self.text.contains(&b)
+    }
+
     /// Puts back the text [`Names::take_text`] took.
     pub(crate) fn restore_text(&mut self, text: Vec<u8>) {
         self.text = text;

@@ -3,12 +3,10 @@
 //! [`Scan`] is the reader of the GraphDef decoder (`flatdecode`): every read
 //! is bounds-checked, and malformed input gives a [`Malformed`] that says
 //! what is wrong and where (a [`Fault`] and the address of the offending
-//! bytes, one word), never a panic; no length read from the input is
+//! bytes), never a panic; no length read from the input is
 //! trusted before it is checked against the bytes that remain. [`Writer`]
 //! serves the synthetic generator and tests. [`Reader`], the reader of the
 //! reference decoder (`graphdef`), is kept as a test oracle only.
-
-use std::num::NonZeroU64;
 
 #[cfg(any(test, feature = "testing"))]
 use crate::error::{PlanError, Result};
@@ -148,10 +146,9 @@ fn err_at(pos: usize, what: &str) -> PlanError {
 
 /// What is wrong where a [`Scan`] (or its caller) stops.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[repr(u8)]
 pub(crate) enum Fault {
     /// The input ends inside a varint (at: its first byte).
-    TruncatedVarint = 1,
+    TruncatedVarint,
     /// A varint past 64 bits (at: its first byte).
     VarintOverflow,
     /// A field key with field number 0 or past 2^29 (at: the key).
@@ -160,75 +157,63 @@ pub(crate) enum Fault {
     LengthPastEnd,
     /// A fixed-width field past the end of its message (at: the field).
     TruncatedFixed,
-    /// A wire type protobuf does not have, 3, 4, 6 or 7 (at: the key).
-    WireType,
-    /// A repeated integer neither packed nor a varint (at: the key).
-    RepeatedIntWire,
+    /// A wire type protobuf does not have, 3, 4, 6 or 7 (at: after the key).
+    WireType(u8),
+    /// A repeated integer of wire type neither packed nor varint (at: after
+    /// the key).
+    RepeatedIntWire(u8),
     /// A string that is not UTF-8 (at: its first byte).
     NotUtf8,
-    /// A field of `GraphDef` (node, library) of the wrong wire type (at: the key).
-    GraphDefWire,
-    /// A field of `NodeDef` (1 to 5) of the wrong wire type (at: the key).
-    NodeDefWire,
+    /// A field of `GraphDef` (node, library) of the wrong wire type (at:
+    /// after the key).
+    GraphDefWire { field: u8, wire: u8 },
+    /// A field of `NodeDef` (1 to 5) of the wrong wire type (at: after the key).
+    NodeDefWire { field: u8, wire: u8 },
     /// More than 2^32 shape dimensions or type-list entries in all (at: the
     /// end of the node that passed the limit).
     TooLarge,
 }
 
-impl Fault {
-    const ALL: [Fault; 11] = [
-        Fault::TruncatedVarint,
-        Fault::VarintOverflow,
-        Fault::FieldNumber,
-        Fault::LengthPastEnd,
-        Fault::TruncatedFixed,
-        Fault::WireType,
-        Fault::RepeatedIntWire,
-        Fault::NotUtf8,
-        Fault::GraphDefWire,
-        Fault::NodeDefWire,
-        Fault::TooLarge,
-    ];
+thread_local! {
+    /// The address of the bytes the last [`Malformed`] of this thread is
+    /// about: written where the error is made, read where it is reported,
+    /// with nothing decoded in between (the error returns at once), so that
+    /// an error stays as small as the [`Fault`] and the results of the hot
+    /// reads stay in registers.
+    static LAST_AT: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
 }
 
-/// The error of a [`Scan`]: a [`Fault`] and the address of the bytes it is
-/// about, packed in one non-zero word (the address in the high 56 bits,
-/// which hold every user-space address of x86-64 and AArch64), so that a
-/// `Scanned<u64>` stays two registers. [`Malformed::offset_in`] turns the
-/// address into an offset in the input.
+/// The error of a [`Scan`]: a [`Fault`], and where (see [`Malformed::offset_in`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Malformed(NonZeroU64);
-
-const ADDRESS_BITS: u32 = 56;
+pub(crate) struct Malformed(Fault);
 
 impl Malformed {
     /// `fault` at the byte `at` points to.
     #[cold]
     #[inline(never)]
     pub(crate) fn at(at: *const u8, fault: Fault) -> Malformed {
-        let word = (at as u64) << (64 - ADDRESS_BITS) | fault as u64;
-        Malformed(NonZeroU64::new(word).unwrap_or(NonZeroU64::MIN))
+        LAST_AT.with(|c| c.set(at as usize));
+        Malformed(fault)
     }
 
     /// `fault` at `bytes[i]` (or just past the end).
     #[cold]
+    #[inline(never)]
     pub(crate) fn in_bytes(bytes: &[u8], i: usize, fault: Fault) -> Malformed {
         Malformed::at(bytes.as_ptr().wrapping_add(i), fault)
     }
 
     pub(crate) fn fault(self) -> Fault {
-        let code = (self.0.get() & 0xff) as usize;
-        Fault::ALL[code.clamp(1, Fault::ALL.len()) - 1]
+        self.0
     }
 
     /// The offset in `input` of the byte the fault is about, if it lies in
-    /// `input` (or just past its end).
+    /// `input` (or just past its end). Call it before anything else is
+    /// decoded on this thread.
     pub(crate) fn offset_in(self, input: &[u8]) -> Option<usize> {
-        let mask = (1u64 << ADDRESS_BITS) - 1;
-        let at = self.0.get() >> (64 - ADDRESS_BITS);
-        let base = input.as_ptr() as u64 & mask;
-        let off = at.checked_sub(base)?;
-        (off <= input.len() as u64).then_some(off as usize)
+        let at = LAST_AT.with(std::cell::Cell::get);
+        let off = at.checked_sub(input.as_ptr() as usize)?;
+        (off <= input.len()).then_some(off)
     }
 }
 
@@ -240,18 +225,12 @@ pub(crate) type Scanned<T> = std::result::Result<T, Malformed>;
 pub(crate) struct Scan<'a> {
     buf: &'a [u8],
     pos: usize,
-    /// Where the last key read starts (for the errors about its field).
-    key_at: usize,
 }
 
 impl<'a> Scan<'a> {
     #[inline]
     pub(crate) fn new(buf: &'a [u8]) -> Self {
-        Scan {
-            buf,
-            pos: 0,
-            key_at: 0,
-        }
+        Scan { buf, pos: 0 }
     }
 
     #[inline]
@@ -261,14 +240,16 @@ impl<'a> Scan<'a> {
 
     /// `fault` at byte `pos` of this message.
     #[cold]
+    #[inline(never)]
     fn fault(&self, pos: usize, fault: Fault) -> Malformed {
         Malformed::in_bytes(self.buf, pos, fault)
     }
 
-    /// `fault` about the field of the last key read.
+    /// `fault` at the current position (just after the last key read).
     #[cold]
-    pub(crate) fn fault_at_key(&self, fault: Fault) -> Malformed {
-        self.fault(self.key_at, fault)
+    #[inline(never)]
+    pub(crate) fn fault_here(&self, fault: Fault) -> Malformed {
+        self.fault(self.pos, fault)
     }
 
     #[inline]
@@ -305,11 +286,11 @@ impl<'a> Scan<'a> {
     /// Reads a field key: (field number, wire type).
     #[inline]
     pub(crate) fn key(&mut self) -> Scanned<(u32, u8)> {
-        self.key_at = self.pos;
+        let start = self.pos;
         let k = self.varint()?;
         let field = k >> 3;
         if field == 0 || field > u64::from(u32::MAX >> 3) {
-            return Err(self.fault_at_key(Fault::FieldNumber));
+            return Err(self.fault(start, Fault::FieldNumber));
         }
         Ok((field as u32, (k & 7) as u8))
     }
@@ -342,7 +323,7 @@ impl<'a> Scan<'a> {
             LEN => return self.bytes().map(|_| ()),
             FIXED64 => 8,
             FIXED32 => 4,
-            _ => return Err(self.fault_at_key(Fault::WireType)),
+            _ => return Err(self.fault_here(Fault::WireType(wire))),
         };
         if self.buf.len() - self.pos < n {
             return Err(self.fault(self.pos, Fault::TruncatedFixed));
@@ -367,7 +348,7 @@ impl<'a> Scan<'a> {
                 f(self.varint()?);
                 Ok(())
             }
-            _ => Err(self.fault_at_key(Fault::RepeatedIntWire)),
+            _ => Err(self.fault_here(Fault::RepeatedIntWire(wire))),
         }
     }
 }

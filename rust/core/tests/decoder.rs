@@ -138,10 +138,10 @@ fn decode_errors_say_what_is_wrong_and_where() {
     // Fields of the wrong wire type, in the GraphDef and in a node.
     let msg = decode_error(&[0x0a, 0x03, 0x0a, 0x01, b'a', 0x10, 0x01]);
     let want =
-        "GraphDef field 2 (library) has the wrong wire type 0 (is this a GraphDef?) at byte 5 of 7";
+        "GraphDef field 2 (library) has the wrong wire type 0 (is this a GraphDef?) at byte 6 of 7";
     assert!(msg.contains(want), "{msg}");
     let msg = decode_error(&[0x0a, 0x04, 0x0a, 0x01, b'a', 0x10]);
-    let want = "node 0 ('a'): NodeDef field 2 (op) has the wrong wire type 0, not length-delimited at byte 5 of 6";
+    let want = "node 0 ('a'): NodeDef field 2 (op) has the wrong wire type 0, not length-delimited at byte 6 of 6";
     assert!(msg.contains(want), "{msg}");
 
     // A shape in `_output_shapes` that declares more bytes than its list has.

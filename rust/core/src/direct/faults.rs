@@ -59,6 +59,7 @@ pub(super) struct Faults {
 
 impl Faults {
     #[cold]
+    #[inline(never)]
     pub(super) fn stop(&mut self, id: u32, what: &str) {
         if self.stopped.is_none() {
             self.stopped = Some(PlanError::InvalidGraph(format!(
@@ -70,6 +71,7 @@ impl Faults {
     /// An input reference `s` of node `id`, its data input number `data`,
     /// that does not parse.
     #[cold]
+    #[inline(never)]
     pub(super) fn bad_input(&mut self, id: u32, data: u32, s: &[u8]) {
         if self.bad_input.is_none() {
             self.bad_input = Some((id, data, parse_error(s)));
@@ -78,6 +80,7 @@ impl Faults {
 
     /// Node `id` (the last one streamed) has an output of unknown dtype.
     #[cold]
+    #[inline(never)]
     pub(super) fn unknown_dtype(&mut self, id: u32) {
         if let Some((node, 0, e)) = &self.bad_input {
             if *node == id && self.unparsed_dtype_source.is_none() {
@@ -101,6 +104,7 @@ impl Faults {
 
     /// The output index of the data input at `at`, one of [`Faults::big_k`].
     #[cold]
+    #[inline(never)]
     pub(super) fn big_k_at(&self, at: u32) -> u32 {
         let i = self.big_k.partition_point(|b| b.at < at);
         self.big_k.get(i).map_or(u32::MAX, |b| b.k)
@@ -169,6 +173,7 @@ impl Builder<'_> {
 
     /// The first node whose name an earlier node has.
     #[cold]
+    #[inline(never)]
     fn first_duplicate(&self) -> Option<u32> {
         let mut seen = FxHashSet::default();
         (0..self.meta.len() as u32).find(|&i| !seen.insert(self.names.get(i)))
@@ -219,6 +224,7 @@ impl Builder<'_> {
     /// `e`, unless the bytes have an error (reported first), while the names
     /// are in [`Builder::names`].
     #[cold]
+    #[inline(never)]
     pub(super) fn fail(&self, e: PlanError) -> PlanError {
         self.bad_name()
             .or_else(|| self.bad_far_input(None))
@@ -227,6 +233,7 @@ impl Builder<'_> {
 
     /// [`Builder::fail`] once the names are in `g` (and checked).
     #[cold]
+    #[inline(never)]
     pub(super) fn fail_built(&self, g: &Graph, e: PlanError) -> PlanError {
         self.bad_far_input(Some(g)).unwrap_or(e)
     }
@@ -234,6 +241,7 @@ impl Builder<'_> {
     /// Check 7: the first data input `bad` that cannot be made an edge, or
     /// the first control input naming no node.
     #[cold]
+    #[inline(never)]
     pub(super) fn edge_fault(&self, g: &Graph, bad: Option<usize>) -> PlanError {
         let name = |n: u32| g.nodes[n as usize].name.as_str().to_owned();
         let data = bad.map(|j| {

@@ -499,7 +499,10 @@ fn check_parse(s: &str) {
         InputRef::Data(n, k) => (n.as_bytes(), Some(k)),
         InputRef::Control(n) => (n.as_bytes(), None),
     });
-    assert_eq!(super::parse_input(s.as_bytes()), expected, "{s:?}");
+    // Taken whole, an input with a `:` does not parse (`Builder::input`).
+    let got = super::parse_input(s.as_bytes())
+        .filter(|&(name, _)| !(name.len() == s.len() && name.contains(&b':')));
+    assert_eq!(got, expected, "{s:?}");
 }
 
 #[test]

@@ -3,8 +3,8 @@
 //! [`PlanError::Decode`]'s own text, what to do.
 //!
 //! A [`Malformed`] carries a [`Fault`] and the address of the bytes it is
-//! about; the numbers a message gives (a field number, a wire type, a
-//! declared length) are read again from the input at that offset.
+//! about; a field number or a declared length is read again from the input
+//! at that offset.
 //!
 //! # Complexity
 //! O(length of the names quoted): only on the way out with an error.
@@ -49,6 +49,7 @@ pub(super) fn malformed(input: &[u8], m: Malformed, place: &Place<'_>) -> PlanEr
 /// The [`PlanError::Decode`] of the `field` (name, op, device, input) of
 /// node `index` named `name`, the bytes `s` of `input`, not being UTF-8.
 #[cold]
+#[inline(never)]
 pub(crate) fn not_utf8(
     input: &[u8],
     s: &[u8],
@@ -89,17 +90,19 @@ fn lossy(s: &[u8]) -> String {
 
 /// What `fault` at offset `off` of `input` is, in words.
 fn describe(input: &[u8], fault: Fault, off: Option<usize>) -> String {
-    let key = off.and_then(|o| key_at(input, o));
-    let (field, wire) = key.map_or((0, 0), |(f, w)| (f, w));
     match fault {
         Fault::TruncatedVarint => {
             "truncated varint: its message ends inside it (is the file cut short?)".into()
         }
         Fault::VarintOverflow => "varint overflows 64 bits".into(),
-        Fault::FieldNumber => format!("invalid field number {field}"),
+        Fault::FieldNumber => {
+            let field = off.and_then(|o| key_at(input, o)).map_or(0, |(f, _)| f);
+            format!("invalid field number {field}")
+        }
         Fault::LengthPastEnd => {
             let len = off.and_then(|o| varint_at(input, o)).unwrap_or(0);
-            let past_input = off.is_some_and(|o| (o as u64).saturating_add(len) > input.len() as u64);
+            let past_input =
+                off.is_some_and(|o| (o as u64).saturating_add(len) > input.len() as u64);
             format!(
                 "declared length {len} exceeds the bytes that remain in its message{}",
                 if past_input {
@@ -110,25 +113,27 @@ fn describe(input: &[u8], fault: Fault, off: Option<usize>) -> String {
             )
         }
         Fault::TruncatedFixed => "truncated fixed-width field".into(),
-        Fault::WireType => {
-            format!("field {field} has wire type {wire}, which protobuf does not define (unsupported wire type)")
+        Fault::WireType(wire) => {
+            format!("unsupported wire type {wire} (protobuf has 0, 1, 2 and 5)")
         }
-        Fault::RepeatedIntWire => {
-            format!("repeated integer field {field} has a wrong wire type {wire}")
+        Fault::RepeatedIntWire(wire) => {
+            format!("repeated integer field with a wrong wire type {wire}")
         }
         Fault::NotUtf8 => "string field is not valid UTF-8".into(),
-        Fault::GraphDefWire => {
+        Fault::GraphDefWire { field, wire } => {
             let what = if field == 1 { "node" } else { "library" };
             format!(
                 "GraphDef field {field} ({what}) has the wrong wire type {wire} (is this a GraphDef?)"
             )
         }
-        Fault::NodeDefWire => {
+        Fault::NodeDefWire { field, wire } => {
             let what = ["name", "op", "input", "device", "attr"]
-                .get((field as usize).wrapping_sub(1))
+                .get(usize::from(field).wrapping_sub(1))
                 .copied()
                 .unwrap_or("?");
-            format!("NodeDef field {field} ({what}) has the wrong wire type {wire}, not length-delimited")
+            format!(
+                "NodeDef field {field} ({what}) has the wrong wire type {wire}, not length-delimited"
+            )
         }
         Fault::TooLarge => "more than 2^32 shape dimensions or type-list entries in all, past what \
                             the decoder holds (a serialized GraphDef is at most 2 GiB: is this one?)"
