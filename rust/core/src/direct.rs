@@ -207,7 +207,6 @@ impl<'a> Builder<'a> {
 
     /// Step 1 for one node. Returns only errors of the bytes (a string not
     /// UTF-8); the others are held in [`Builder::faults`].
-    #[inline]
     fn node(&mut self, v: &NodeView<'a, '_>, arrays: &Arrays) -> Result<()> {
         let id = self.meta.len() as u32;
         if self.faults.stopped.is_some() {

@@ -71,7 +71,6 @@ impl Val {
 /// An `AttrValue`: the last field of a known kind wins, as in the reference.
 /// Only the data of that field stays in `arrays`, and only where `want`
 /// asks for it.
-#[inline]
 pub(super) fn attr_value(b: &[u8], want: Want, arrays: &mut Arrays) -> Scanned<Val> {
     let marks = (arrays.out.mark(), arrays.side.mark(), arrays.types.len());
     let mut r = Scan::new(b);
