@@ -1,4 +1,7 @@
-//! Times `graph_from_bytes` on a synthetic mixed step: `decode_time NODES REPS`.
+//! Times `graph_from_bytes` (the GraphDef decoder and build) on a synthetic
+//! mixed step of about NODES nodes: the best of REPS calls.
+//!
+//!     cargo run --release -p hybridplan-core --example decode_time -- 1e5 11
 use hybridplan_core::build::BuildOptions;
 use hybridplan_core::synth::{self, SynthKind, SynthSpec};
 use std::time::Instant;
