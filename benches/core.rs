@@ -9,8 +9,9 @@
 //! `dag_1e4/schedule`, ...), each with the node count as its throughput, so
 //! criterion reports nodes per second:
 //! - `graph_from_bytes`: bytes to the built graph (phases and loss
-//!   inference included) by the direct route, as `analyze` does it;
-//! - `decode`, `build`: the reference route, for comparison:
+//!   inference included) by the decoder, as `analyze` does it;
+//! - `decode`, `build`: the reference route (the decoder's test oracle,
+//!   `testing` feature), for comparison:
 //!   `graphdef::decode` of the bytes, then `specs_from_raw` + `build`;
 //! - `schedule`, `liveness`: on the built graph;
 //! - `analyze_total`: bytes to liveness, as `hybridplan_core::analyze` does
@@ -24,9 +25,10 @@ use std::hint::black_box;
 use std::time::Duration;
 
 use criterion::{criterion_group, criterion_main, Criterion, SamplingMode, Throughput};
-use hybridplan_core::build::{build, graph_from_bytes, specs_from_raw, BuildOptions};
+use hybridplan_core::build::{build, BuildOptions};
+use hybridplan_core::reference::specs_from_raw;
 use hybridplan_core::synth::{self, SynthKind, SynthSpec};
-use hybridplan_core::{analyze, graphdef, liveness, schedule};
+use hybridplan_core::{analyze, graph_from_bytes, graphdef, liveness, schedule};
 
 fn bench_size(c: &mut Criterion, kind: SynthKind, tag: &str, label: &str, target: usize) {
     let spec = SynthSpec {

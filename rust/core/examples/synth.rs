@@ -8,7 +8,8 @@
 
 use std::time::Instant;
 
-use hybridplan_core::build::{build, specs_from_raw, BuildOptions};
+use hybridplan_core::build::{build, BuildOptions};
+use hybridplan_core::reference::specs_from_raw;
 use hybridplan_core::synth::{self, SynthKind, SynthSpec};
 use hybridplan_core::{graphdef, liveness, schedule};
 

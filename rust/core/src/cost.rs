@@ -226,8 +226,8 @@ fn moves(op: &str) -> Kind {
 ///
 /// # Example
 /// ```
-/// use hybridplan_core::build::{build, BuildOptions, NodeSpec, OutSpec};
-/// use hybridplan_core::{cost::op_costs, device::preset, dtype::DType, graphdef::Shape};
+/// use hybridplan_core::build::{build, BuildOptions, NodeSpec, OutSpec, Shape};
+/// use hybridplan_core::{cost::op_costs, device::preset, dtype::DType};
 /// let out = |d: Vec<i64>| vec![OutSpec { dtype: Some(DType::FLOAT), shape: Shape(Some(d)) }];
 /// let n = |name, op, inputs| NodeSpec { name, op, device: "", inputs, outputs: out(vec![64, 64]), calls_function: false };
 /// let g = build(&[n("a", "Placeholder", vec![]), n("m", "MatMul", vec!["a", "a"])], &BuildOptions::default()).unwrap();
@@ -464,9 +464,8 @@ pub fn with_profile(costs: &OpCosts, times: &[(u32, f64)]) -> Result<OpCosts> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::build::{build, BuildOptions, NodeSpec, OutSpec};
+    use crate::build::{build, BuildOptions, NodeSpec, OutSpec, Shape};
     use crate::device::preset;
-    use crate::graphdef::Shape;
 
     fn spec<'a>(name: &'a str, op: &'a str, ins: Vec<&'a str>, shape: Vec<i64>) -> NodeSpec<'a> {
         NodeSpec {

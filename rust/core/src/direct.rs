@@ -1,9 +1,6 @@
-//! The direct route from serialized `GraphDef` bytes to a [`Graph`], taken
-//! by [`crate::build::graph_from_bytes`] and so by [`crate::analyze`].
-//!
-//! It gives the graph of the reference route (`graphdef::decode`, then
-//! `build::specs_from_raw`, then `build::build`) without its per-node
-//! records, in flat arrays:
+//! The GraphDef decoder's build: serialized `GraphDef` bytes to a [`Graph`],
+//! [`crate::graph_from_bytes`], and so [`crate::analyze`],
+//! in flat arrays, with no record per node:
 //!
 //! 1. [`flatdecode::decode`] hands over one node at a time, its strings
 //!    borrowed from the input. The name is appended to one buffer (which
@@ -21,19 +18,24 @@
 //!    (sized by [`build::tensor_size`]), and edges. When every node has
 //!    `_output_shapes`, the decoder's dimensions are [`Graph::dims`] as they
 //!    stand.
-//! 4. [`build::finish`], shared with the reference route.
+//! 4. [`build::finish`], shared with [`build::build`] (flat node specs).
 //!
-//! Anything the reference route rejects, and a few legal oddities (an
-//! output index of 2^16 or more, a `:` in a node name, names past 4 GiB),
-//! stops the direct route, which then defers to the reference route: errors
-//! and their messages are the reference's. Only the loss lookup of step 4
-//! reports its error itself, being the last check of both routes.
+//! Errors are typed and say what is wrong and where ([`faults`]): malformed
+//! bytes and strings that are not UTF-8 are [`crate::PlanError::Decode`]
+//! (byte offset, node, attribute); a graph that decodes but is not a valid
+//! dataflow graph gets the error, in the order of the checks, of the
+//! reference route (`graphdef::decode`, `reference::specs_from_raw`,
+//! [`build::build`]), kept as a test oracle: a fault met while streaming is
+//! held until the bytes are known to decode.
 //!
 //! # Complexity
 //! O(bytes + N + T + E + D) expected time for N nodes, T tensors, E edges
 //! and D dimensions (hash lookups); memory O(N + T + E + D) besides the
 //! graph, in a few dozen vectors whatever N: nothing is allocated per node.
-//! On deferral, the reference route's time and memory are added.
+//! An error costs O(N + E) more at most, once.
+
+mod faults;
+mod tensors;
 
 use std::mem::take;
 use std::sync::Arc;
@@ -41,48 +43,74 @@ use std::sync::Arc;
 use rustc_hash::FxHashSet;
 
 use crate::build::{self, BuildOptions, MAX_OUTPUTS};
-use crate::dtype::DType;
-use crate::error::Result;
+use crate::error::{PlanError, Result};
 use crate::flatdecode::{self, Arrays, NodeAttrs, NodeView};
-use crate::graph::{big_vec, Graph, Name, Node, NodeFlags, Tensor, NONE};
+use crate::graph::{big_vec, Graph, Name, Node, NodeFlags, NONE};
 use crate::nametable::{self, Interner, Names};
 use crate::opkind;
-use crate::wire::Malformed;
+use faults::Faults;
 
-/// The direct route cannot decide this graph; the reference route must.
-#[derive(Debug)]
-pub(crate) struct Defer;
+/// [`Builder::in_k`] of an output index of `u16::MAX` or more, kept in
+/// [`Faults::big_k`].
+const BIG_K: u16 = u16::MAX;
 
-type Step<T> = std::result::Result<T, Defer>;
-
-// Output indices below MAX_OUTPUTS are exactly those that fit a u16.
-const _: () = assert!(MAX_OUTPUTS == 1 << 16);
-
-/// Builds the graph of `bytes` as [`build::build`] would from the specs of
-/// the reference decoder, or `None` where the reference route must decide
-/// (always for malformed bytes and invalid graphs).
+/// Decodes and builds in one call: the graph of the serialized `GraphDef`
+/// `bytes` (the graph [`build::build`] gives for the same node specs), with
+/// no record per node, one name map, inputs parsed once. Public as
+/// `hybridplan_core::graph_from_bytes`.
 ///
 /// # Errors
-/// Only [`crate::phase::classify`]'s, for a loss that names nothing.
+/// [`PlanError::Decode`] for malformed bytes (what is wrong, the byte
+/// offset, the node and attribute); [`PlanError::InvalidGraph`] and
+/// [`PlanError::UnknownShape`] as [`build::build`] gives them for the same
+/// node specs; those of [`build::finish`].
 ///
 /// # Complexity
 /// See the module documentation.
-pub(crate) fn graph_from_bytes(bytes: &[u8], opts: &BuildOptions) -> Option<Result<Graph>> {
+///
+/// ```
+/// use hybridplan_core::{build::BuildOptions, graph_from_bytes};
+/// use hybridplan_core::synth::{residual_graphdef, SynthSpec};
+/// let bytes = residual_graphdef(&SynthSpec { blocks: 1, ..Default::default() });
+/// let g = graph_from_bytes(&bytes, &BuildOptions::default()).unwrap();
+/// assert!(g.num_nodes() > 10);
+/// assert!(graph_from_bytes(&bytes[..bytes.len() / 2], &BuildOptions::default()).is_err());
+/// ```
+pub fn graph_from_bytes(bytes: &[u8], opts: &BuildOptions) -> Result<Graph> {
+    // A node name with a `:` (which TensorFlow never writes) calls for the
+    // exact parse of every input; without one, that of the inputs not
+    // resolved on sight is enough.
+    match build_graph(bytes, opts, false) {
+        Some(result) => result,
+        None => build_graph(bytes, opts, true).unwrap_or_else(|| Err(build::no_nodes())),
+    }
+}
+
+/// [`graph_from_bytes`]; `None` if a node name has a `:` and `exact` is
+/// false.
+fn build_graph(bytes: &[u8], opts: &BuildOptions, exact: bool) -> Option<Result<Graph>> {
     // Capacities from the size of the input, on the high side: traced steps
     // take 100 to 300 bytes a node, and pages reserved but never written
     // cost no memory. Vectors grow past them if need be.
-    let mut b = Builder::new(bytes.len() / 128, bytes.len() / 4);
+    let mut b = Builder::new(bytes, bytes.len() / 128, bytes.len() / 4);
+    b.exact = exact;
     // The same for the output shapes and their dimensions, which otherwise
     // grow by doubling, copied (the synthetic steps take about 175 bytes an
     // output shape and 100 a dimension).
     let mut arrays = Arrays::default();
     arrays.out.shapes = big_vec(bytes.len() / 48);
     arrays.out.dims = big_vec(bytes.len() / 16);
-    let functions = flatdecode::decode(bytes, &mut arrays, |v, a| {
-        b.node(v, a).map_err(|Defer| Malformed)
-    })
-    .ok()?;
-    let mut g = b.assemble(arrays, &functions).ok()?;
+    let functions = match flatdecode::decode(bytes, &mut arrays, |v, a| b.node(v, a)) {
+        Ok(f) => f,
+        Err(e) => return Some(Err(e)),
+    };
+    if !exact && b.names.any_has(b':') {
+        return None;
+    }
+    let mut g = match b.assemble(arrays, &functions) {
+        Ok(g) => g,
+        Err(e) => return Some(Err(e)),
+    };
     let lookup = |g: &Graph, name: &str| {
         b.names
             .find(name.as_bytes(), |i| g.nodes[i as usize].name.as_bytes())
@@ -116,13 +144,15 @@ struct Far<'a> {
 }
 
 struct Builder<'a> {
+    input: &'a [u8],
     names: Names,
     ops: Interner<'a>,
     devices: Interner<'a>,
     meta: Vec<Meta>,
     /// Data inputs of node n: `in_src[in_off[n]..in_off[n + 1]]` (source
-    /// nodes, [`NONE`] until resolved; the tensors once edges are made) and
-    /// the output indices they read, `in_k[..]` (below 2^16).
+    /// nodes, [`NONE`] until resolved or where none is; the tensors once
+    /// edges are made) and the output indices they read, `in_k[..]`
+    /// ([`BIG_K`]: see [`Faults::big_k`]).
     in_off: Vec<u32>,
     in_src: Vec<u32>,
     in_k: Vec<u16>,
@@ -137,11 +167,16 @@ struct Builder<'a> {
     out_dtype: Vec<u8>,
     /// Nodes without `_output_shapes`, in node order.
     unshaped: Vec<Unshaped>,
+    /// What is wrong, held until it can be reported.
+    faults: Faults,
+    /// Parse every input exactly (else only those not resolved on sight:
+    /// right when no node name has a `:`).
+    exact: bool,
 }
 
 impl<'a> Builder<'a> {
-    /// A builder for about `n` nodes with `text` bytes of names.
-    fn new(n: usize, text: usize) -> Builder<'a> {
+    /// A builder for `input`, of about `n` nodes with `text` bytes of names.
+    fn new(input: &'a [u8], n: usize, text: usize) -> Builder<'a> {
         let mut devices = Interner::new();
         // Device 0 is the empty device, as in the reference route.
         let _ = devices.id(b"");
@@ -151,6 +186,7 @@ impl<'a> Builder<'a> {
             v
         };
         Builder {
+            input,
             names: Names::with_capacity(n, text),
             ops: Interner::new(),
             devices,
@@ -164,25 +200,40 @@ impl<'a> Builder<'a> {
             counts: big_vec(n),
             out_dtype: big_vec(n),
             unshaped: Vec::new(),
+            faults: Faults::default(),
+            exact: false,
         }
     }
 
-    /// Step 1 for one node.
-    fn node(&mut self, v: &NodeView<'a, '_>, arrays: &Arrays) -> Step<()> {
+    /// Step 1 for one node. Returns only errors of the bytes (a string not
+    /// UTF-8); the others are held in [`Builder::faults`].
+    fn node(&mut self, v: &NodeView<'a, '_>, arrays: &Arrays) -> Result<()> {
         let id = self.meta.len() as u32;
-        if v.name.is_empty() || id >= NONE / 2 - 1 || !self.names.push(v.name) {
-            return Err(Defer);
+        if self.faults.stopped.is_some() {
+            return self.check_strings(id, v);
         }
+        if id >= NONE / 2 - 1 || !self.names.push(v.name) {
+            self.faults
+                .stop(id, "more than 2^31 nodes, or names past 4 GiB in all");
+            return self.check_strings(id, v);
+        }
+        if v.name.is_empty() {
+            self.faults.empty_name.get_or_insert(id);
+        }
+        let mut data = 0u32;
         for &s in v.inputs {
-            self.input(s)?;
+            self.input(id, v.name, s, &mut data)?;
         }
         self.in_off.push(self.in_src.len() as u32);
         self.ctl_off.push(self.ctl_src.len() as u32);
-        let op = self.ops.id(v.op).ok_or(Defer)?;
+        let op = self.intern_op(id, v)?;
         let device = if v.device.is_empty() {
             0
         } else {
-            self.devices.id(v.device).ok_or(Defer)?
+            let d = self.devices.id(v.device);
+            d.ok_or_else(|| {
+                flatdecode::not_utf8(self.input, v.device, id as usize, v.name, "device")
+            })?
         };
         let mut flags = 0;
         if v.attrs.calls_function {
@@ -191,15 +242,19 @@ impl<'a> Builder<'a> {
         if v.inputs.is_empty() {
             flags |= NodeFlags::SOURCE;
         }
-        if opkind::passes_each_input_through(v.op) && !passes_inputs_through(v) {
-            return Err(Defer); // the reference route names what is wrong
+        if opkind::passes_each_input_through(v.op) {
+            self.faults.check_pass_through(v, data);
         }
         self.meta.push(Meta { op, device, flags });
         match v.attrs.output_shapes {
             Some((lo, hi)) => {
                 let count = hi - lo;
+                let start = self.out_dtype.len();
                 for k in 0..count {
                     self.out_dtype.push(dtype_of(&v.attrs, arrays, k, count));
+                }
+                if self.out_dtype[start..].contains(&0) {
+                    self.faults.unknown_dtype(id);
                 }
                 self.counts.push(count);
             }
@@ -214,13 +269,48 @@ impl<'a> Builder<'a> {
         Ok(())
     }
 
-    /// Parses one input reference and resolves it if it names one of the
-    /// last nodes; the others wait for [`Builder::resolve_far_inputs`].
+    fn intern_op(&mut self, id: u32, v: &NodeView<'a, '_>) -> Result<u32> {
+        let op = self.ops.id(v.op);
+        op.ok_or_else(|| flatdecode::not_utf8(self.input, v.op, id as usize, v.name, "op"))
+    }
+
+    /// Once the graph is known invalid: only the UTF-8 of the strings of
+    /// node `id` (the errors of the bytes come first).
+    #[cold]
+    #[inline(never)]
+    fn check_strings(&self, id: u32, v: &NodeView<'a, '_>) -> Result<()> {
+        let fields = [(v.name, "name"), (v.op, "op"), (v.device, "device")];
+        let inputs = v.inputs.iter().map(|&s| (s, "input"));
+        for (s, what) in fields.into_iter().chain(inputs) {
+            if std::str::from_utf8(s).is_err() {
+                return Err(flatdecode::not_utf8(
+                    self.input,
+                    s,
+                    id as usize,
+                    v.name,
+                    what,
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// Parses one input reference of node `id` and resolves it if it names
+    /// one of the last nodes; the others wait for
+    /// [`Builder::resolve_far_inputs`]. `data` counts the data inputs.
     #[inline]
-    fn input(&mut self, s: &'a [u8]) -> Step<()> {
-        let (name, k) = parse_input(s).ok_or(Defer)?;
+    fn input(&mut self, id: u32, user: &[u8], s: &'a [u8], data: &mut u32) -> Result<()> {
+        let Some((name, k)) = parse_input(s) else {
+            return self.unparsed(id, user, s, data);
+        };
         let h = nametable::hash(name);
         let src = self.names.recent(name, h);
+        // Taken whole, an input is right unless it has a `:` (then what
+        // follows the last one is not a `u32`): only the inputs not resolved
+        // on sight can have one when no node name has one.
+        if name.len() == s.len() && (src.is_none() || self.exact) && name.contains(&b':') {
+            return self.unparsed(id, user, s, data);
+        }
         let control = k.is_none();
         let at = match k {
             None => {
@@ -228,15 +318,25 @@ impl<'a> Builder<'a> {
                 self.ctl_src.len() - 1
             }
             Some(k) => {
-                // Below MAX_OUTPUTS (the reference route rejects the others).
-                let k = u16::try_from(k).map_err(|_| Defer)?;
+                let small = u16::try_from(k).ok().filter(|&k| k != BIG_K);
+                if small.is_none() {
+                    self.faults.big_k.push(faults::BigK {
+                        at: self.in_src.len() as u32,
+                        k,
+                        node: id,
+                    });
+                }
                 self.in_src.push(src.unwrap_or(NONE));
-                self.in_k.push(k);
+                self.in_k.push(small.unwrap_or(BIG_K));
+                *data += 1;
                 self.in_src.len() - 1
             }
         };
         if src.is_none() {
-            let at = u32::try_from(at).map_err(|_| Defer)?;
+            let Ok(at) = u32::try_from(at) else {
+                self.faults.stop(id, "more than 2^32 inputs");
+                return Ok(());
+            };
             self.far.push(Far {
                 at,
                 control,
@@ -247,15 +347,34 @@ impl<'a> Builder<'a> {
         Ok(())
     }
 
-    /// Checks that node names are unique, and finds the source nodes of
-    /// the inputs not resolved on sight. An input is checked as UTF-8 by
-    /// being found equal to a node name.
-    fn resolve_far_inputs(&mut self) -> Step<()> {
+    /// Input `s` of node `id` (named `user`) does not parse.
+    #[cold]
+    #[inline(never)]
+    fn unparsed(&mut self, id: u32, user: &[u8], s: &'a [u8], data: &mut u32) -> Result<()> {
+        if std::str::from_utf8(s).is_err() {
+            return Err(flatdecode::not_utf8(
+                self.input,
+                s,
+                id as usize,
+                user,
+                "input",
+            ));
+        }
+        self.faults.bad_input(id, *data, s);
+        self.in_src.push(NONE);
+        self.in_k.push(0);
+        *data += 1;
+        Ok(())
+    }
+
+    /// Finds the source nodes of the inputs not resolved on sight ([`NONE`]
+    /// for a name no node has). An input is checked as UTF-8 by being found
+    /// equal to a node name. `None` if two nodes have the same name.
+    fn resolve_far_inputs(&mut self) -> Option<()> {
         let far = &self.far;
         let ids = self
             .names
-            .resolve(far.len(), |i| (far[i].hash, far[i].name))
-            .ok_or(Defer)?;
+            .resolve(far.len(), |i| (far[i].hash, far[i].name))?;
         for (f, src) in far.iter().zip(ids) {
             let list = if f.control {
                 &mut self.ctl_src
@@ -264,15 +383,21 @@ impl<'a> Builder<'a> {
             };
             list[f.at as usize] = src;
         }
-        Ok(())
+        Some(())
     }
 
-    /// Steps 2 and 3.
-    fn assemble(&mut self, arrays: Arrays, functions: &[&str]) -> Step<Graph> {
-        if self.meta.is_empty() {
-            return Err(Defer);
+    /// Steps 2 and 3, the checks in the order of the reference route's.
+    fn assemble(&mut self, arrays: Arrays, functions: &[&str]) -> Result<Graph> {
+        if let Some(e) = self.checks_before_names() {
+            return Err(self.fail(e));
         }
-        self.resolve_far_inputs()?;
+        if self.meta.is_empty() {
+            return Err(build::no_nodes());
+        }
+        let unique = self.resolve_far_inputs().is_some();
+        if let Some(e) = self.name_fault(unique) {
+            return Err(self.fail(e));
+        }
         let mut g = Graph {
             nodes: self.nodes()?,
             ops: take(&mut self.ops.strings),
@@ -281,24 +406,21 @@ impl<'a> Builder<'a> {
         };
         mark_function_calls(&mut g, functions);
         let dtypes = self.output_counts(&mut g, &arrays)?;
-        self.tensors(&mut g, arrays, dtypes)?;
+        self.tensors(&mut g, arrays, dtypes)
+            .map_err(|e| self.fail_built(&g, e))?;
         self.edges(&mut g)?;
         Ok(g)
     }
 
     /// The nodes, their names sharing one buffer, once the names are
-    /// checked: UTF-8 (all at once, then each ends on a char boundary), and
-    /// no `:` in any (so that [`parse_input`] splits inputs as the
-    /// reference does).
-    fn nodes(&mut self) -> Step<Vec<Node>> {
+    /// checked as UTF-8 (all at once, then each ends on a char boundary).
+    fn nodes(&mut self) -> Result<Vec<Node>> {
         let (text, ends) = self.names.take_text();
-        if text.contains(&b':') {
-            return Err(Defer);
-        }
-        let text = String::from_utf8(text).map_err(|_| Defer)?;
-        if !ends.iter().all(|&e| text.is_char_boundary(e as usize)) {
-            return Err(Defer);
-        }
+        let text = match String::from_utf8(text) {
+            Ok(t) if ends.iter().all(|&e| t.is_char_boundary(e as usize)) => t,
+            Ok(t) => return Err(self.report_bad_name(t.into_bytes())),
+            Err(e) => return Err(self.report_bad_name(e.into_bytes())),
+        };
         let names = Name::split(Arc::new(text), ends.iter().map(|&e| e as usize));
         let mut nodes = big_vec(self.meta.len());
         nodes.extend(names.zip(&self.meta).map(|(name, m)| Node {
@@ -310,9 +432,16 @@ impl<'a> Builder<'a> {
         Ok(nodes)
     }
 
+    #[cold]
+    #[inline(never)]
+    fn report_bad_name(&mut self, text: Vec<u8>) -> PlanError {
+        self.names.restore_text(text);
+        self.bad_name().unwrap_or_else(build::no_nodes)
+    }
+
     /// Output counts (into `g.out_off`) and the dtypes read from attributes
     /// of every tensor (0: none).
-    fn output_counts(&mut self, g: &mut Graph, arrays: &Arrays) -> Step<Vec<u8>> {
+    fn output_counts(&mut self, g: &mut Graph, arrays: &Arrays) -> Result<Vec<u8>> {
         if !self.unshaped.is_empty() {
             self.count_unshaped(arrays)?;
         }
@@ -322,7 +451,7 @@ impl<'a> Builder<'a> {
         for &c in &self.counts {
             total += u64::from(c);
             if total >= u64::from(NONE) {
-                return Err(Defer);
+                return Err(build::too_many_tensors());
             }
             g.out_off.push(total as u32);
         }
@@ -330,9 +459,9 @@ impl<'a> Builder<'a> {
     }
 
     /// The output counts of the nodes without `_output_shapes` (from the
-    /// output indices read, as `build::fallback_shapes` counts them), and
-    /// the dtypes of every tensor, in tensor order.
-    fn count_unshaped(&mut self, arrays: &Arrays) -> Step<()> {
+    /// output indices read, as `reference::fallback_shapes` counts them),
+    /// and the dtypes of every tensor, in tensor order.
+    fn count_unshaped(&mut self, arrays: &Arrays) -> Result<()> {
         let referenced = self.referenced_outputs();
         let mut dtypes = Vec::with_capacity(self.out_dtype.len() + self.unshaped.len());
         let (mut u, mut c) = (0, 0);
@@ -355,141 +484,52 @@ impl<'a> Builder<'a> {
                 }
             }
             if dtypes.len() >= NONE as usize {
-                return Err(Defer);
+                return Err(build::too_many_tensors());
             }
         }
         self.out_dtype = dtypes;
         Ok(())
     }
 
-    /// For every node, 1 + the largest output index any input reads (0 if none).
+    /// The output index read by data input `j`.
+    #[inline]
+    fn k_of(&self, j: usize) -> u32 {
+        match self.in_k[j] {
+            BIG_K => self.faults.big_k_at(j as u32),
+            k => u32::from(k),
+        }
+    }
+
+    /// For every node, 1 + the largest output index any input reads (0 if
+    /// none); the indices are below [`MAX_OUTPUTS`] (else an error came first).
     fn referenced_outputs(&self) -> Vec<u32> {
         let mut out = vec![0u32; self.meta.len()];
-        for (&src, &k) in self.in_src.iter().zip(&self.in_k) {
-            let r = &mut out[src as usize];
-            *r = (*r).max(u32::from(k) + 1);
+        for (j, &src) in self.in_src.iter().enumerate() {
+            if let Some(r) = out.get_mut(src as usize) {
+                *r = (*r).max(self.k_of(j).min(MAX_OUTPUTS - 1) + 1);
+            }
         }
         out
     }
-
-    /// Step 3, tensors: dtypes inherited from the first data input, in node
-    /// order, then sizes.
-    fn tensors(&self, g: &mut Graph, mut arrays: Arrays, mut dt: Vec<u8>) -> Step<()> {
-        // Every node shaped: the decoder's dimensions are the graph's, in order.
-        let in_place = self.unshaped.is_empty();
-        let out_dims = take(&mut arrays.out.dims);
-        let out_shapes = take(&mut arrays.out.shapes);
-        g.tensors = big_vec(dt.len());
-        let (mut u, mut c) = (0, 0);
-        for i in 0..self.meta.len() {
-            let (lo, hi) = (g.out_off[i] as usize, g.out_off[i + 1] as usize);
-            if dt[lo..hi].contains(&0) {
-                let from = self.first_input_dtype(&g.out_off, &dt, i);
-                for d in &mut dt[lo..hi] {
-                    if *d == 0 {
-                        *d = from;
-                    }
-                }
-            }
-            let fallback = match self.unshaped.get(u) {
-                Some(x) if x.node as usize == i => {
-                    u += 1;
-                    Some(x.attrs.fallback)
-                }
-                _ => None,
-            };
-            for k in 0..hi - lo {
-                let (rec, dims) = match fallback {
-                    Some(f) => (f, f.and_then(|r| arrays.side.dims_of(r))),
-                    None => {
-                        let r = out_shapes[c];
-                        c += 1;
-                        (Some(r), flatdecode::dims_in(&out_dims, r))
-                    }
-                };
-                let dtype = DType::from_proto(i64::from(dt[lo + k]));
-                let node = &g.nodes[i];
-                let size =
-                    build::tensor_size(&node.name, &g.ops[node.op as usize], k as u32, dtype, dims);
-                let (dtype, rank, bytes) = size.map_err(|_| Defer)?;
-                let shape_off = match rec {
-                    Some(r) if in_place => r.off,
-                    _ => {
-                        let off = g.dims.len() as u32;
-                        g.dims.extend_from_slice(dims.unwrap_or(&[]));
-                        off
-                    }
-                };
-                g.tensors.push(Tensor {
-                    node: i as u32,
-                    index: k as u32,
-                    dtype,
-                    bytes,
-                    value_bytes: bytes,
-                    alias_of: NONE,
-                    shape_off,
-                    rank,
-                });
-            }
-        }
-        if in_place {
-            g.dims = out_dims;
-            g.dims.shrink_to_fit();
-        }
-        Ok(())
-    }
-
-    /// The dtype of node `i`'s first data input (0: none or unknown), as
-    /// `build::inherit_dtypes` reads it.
-    fn first_input_dtype(&self, out_off: &[u32], dt: &[u8], i: usize) -> u8 {
-        let j = self.in_off[i] as usize;
-        if j == self.in_off[i + 1] as usize {
-            return 0;
-        }
-        let (src, k) = (self.in_src[j] as usize, u32::from(self.in_k[j]));
-        let (lo, hi) = (out_off[src], out_off[src + 1]);
-        if k < hi - lo {
-            dt[(lo + k) as usize]
-        } else {
-            0
-        }
-    }
-
-    /// Step 3, edges: every data input becomes the tensor it reads.
-    fn edges(&mut self, g: &mut Graph) -> Step<()> {
-        for (src, &k) in self.in_src.iter_mut().zip(&self.in_k) {
-            let s = *src as usize;
-            let (lo, hi) = (g.out_off[s], g.out_off[s + 1]);
-            if u32::from(k) >= hi - lo {
-                return Err(Defer);
-            }
-            *src = lo + u32::from(k);
-        }
-        g.in_tensor = take(&mut self.in_src);
-        g.in_off = take(&mut self.in_off);
-        g.ctl_src = take(&mut self.ctl_src);
-        g.ctl_off = take(&mut self.ctl_off);
-        Ok(())
-    }
 }
 
-/// Splits an input reference as [`build::parse_input`] does, provided no
-/// node name has a `:` (checked by [`Builder::assemble`]): `^node` gives
-/// (`node`, `None`), `node:k` gives (`node`, `Some(k)`), `node` gives
-/// (`node`, `Some(0)`). `None` where the reference fails.
-///
-/// A reference with a `:` not followed by digits only is taken whole as a
-/// name, which then names no node (no name has a `:`): the reference reads
-/// it as an error, or (for `node:+1`) as `node:1`, and the direct route
-/// defers to it either way.
+/// Splits an input reference as `build::parse_input` does (the part after
+/// the last `:` is the output index): `^node` gives (`node`, `None`),
+/// `node:k` gives (`node`, `Some(k)`), `node` gives (`node`, `Some(0)`).
+/// `None` where that fails: after the last `:`, something not a `u32` but
+/// for nothing at all or a string without digits at its end (taken whole:
+/// the caller checks those for a `:`).
 #[inline]
 fn parse_input(s: &[u8]) -> Option<(&[u8], Option<u32>)> {
     if let [b'^', rest @ ..] = s {
         return Some((rest, None));
     }
     let digits = s.iter().rev().take_while(|b| b.is_ascii_digit()).count();
-    let colon = s.len() - digits;
-    if digits > 0 && colon > 0 && s[colon - 1] == b':' {
+    let mut colon = s.len() - digits;
+    if digits > 0 && colon > 1 && s[colon - 1] == b'+' && s[colon - 2] == b':' {
+        colon -= 1;
+    }
+    if colon > 0 && s[colon - 1] == b':' {
         return Some((&s[..colon - 1], Some(parse_index(&s[colon..])?)));
     }
     Some((s, Some(0)))
@@ -511,17 +551,7 @@ fn parse_index(s: &[u8]) -> Option<u32> {
 }
 
 /// The dtype of output `k` of `count` (0: none), by the rule of
-/// `build::output_dtype`.
-/// Whether an `IdentityN` lists one type per data input in `T`, and, when
-/// it has `_output_shapes`, one shape per data input (the reference route's
-/// `build::check_pass_through`, stricter on nothing).
-fn passes_inputs_through(v: &NodeView<'_, '_>) -> bool {
-    let data = v.inputs.iter().filter(|s| !s.starts_with(b"^")).count() as u32;
-    let listed = v.attrs.lists[crate::flatdecode::T_LIST].map(|(lo, hi)| hi - lo);
-    let shaped = v.attrs.output_shapes.map(|(lo, hi)| hi - lo);
-    listed == Some(data) && shaped.is_none_or(|c| c == data)
-}
-
+/// `reference::output_dtype`.
 fn dtype_of(a: &NodeAttrs, arrays: &Arrays, k: u32, count: u32) -> u8 {
     for &(lo, hi) in a.lists.iter().flatten() {
         if hi - lo == count {

@@ -1,18 +1,17 @@
-//! Direct decoding of a serialized `GraphDef` for the direct build route
-//! ([`crate::direct`]): one callback per `NodeDef`, with its strings
+//! The GraphDef decoder: one callback per `NodeDef`, with its strings
 //! borrowed from the input and the attributes the build reads folded into a
 //! few numbers; shapes and type lists go to flat arrays shared by all nodes.
 //! Nothing is allocated per node.
 //!
-//! It reads the same fields in the same way as [`crate::graphdef::decode`]
-//! (the reference decoder) and rejects at least what it rejects: every
-//! attribute value the reference decodes is walked and checked here too,
-//! even where the build does not need it, so a `GraphDef` accepted here is
-//! one the reference accepts, with the same meaning. Error messages are left
-//! to the reference: the direct route re-runs it on any error. The one
-//! exception is UTF-8: the name, op and device of a node (the last of each,
-//! where a field repeats) and its inputs are handed over as bytes, for the
-//! caller to check (or to find equal to a checked string); every other
+//! What it accepts is the format the core reads (the reference decoder
+//! `graphdef`, kept as a test oracle, reads the same fields the same way):
+//! every attribute value the build could read is walked and checked, even
+//! where the build does not need it. Malformed bytes give a
+//! [`PlanError::Decode`] that says what is wrong, at which byte of the
+//! input, in which node and attribute ([`report`]). The name, op and device
+//! of a node (the last of each, where a field repeats) and its inputs are
+//! handed over as bytes, for the caller to check as UTF-8 (or to find
+//! equal to a checked string), with [`not_utf8`] for its error; every other
 //! string is checked here.
 //!
 //! # Complexity
@@ -20,8 +19,15 @@
 //! type-list entries (flat arrays), plus the inputs of one node at a time.
 //! No recursion deeper than five message levels.
 
+mod report;
+mod values;
+
+pub(crate) use report::not_utf8;
+
 use crate::dtype::DType;
-use crate::wire::{Malformed, Scan, Scanned, LEN};
+use crate::error::{PlanError, Result};
+use crate::wire::{Fault, Malformed, Scan, Scanned, LEN};
+use values::{attr_value, library, ListKind, Val, Want, NOT_STORED};
 
 /// [`ShapeRec::rank`] of a shape of unknown rank.
 pub(crate) const UNKNOWN_RANK: u32 = u32::MAX;
@@ -87,9 +93,6 @@ pub(crate) type Span = (u32, u32);
 /// `component_types`, `T`.
 pub(crate) const LIST_KEYS: usize = 5;
 
-/// Index of `T` in [`NodeAttrs::lists`].
-pub(crate) const T_LIST: usize = 4;
-
 /// What the build reads of one node's attributes (see `build::specs_from_raw`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct NodeAttrs {
@@ -99,6 +102,9 @@ pub(crate) struct NodeAttrs {
     /// The shape of a `shape` attribute, else of a `value` tensor, in
     /// [`Arrays::side`]; `None`: unknown rank.
     pub fallback: Option<ShapeRec>,
+    /// The first `T`: `None` if there is none, `Some(None)` if it is not a
+    /// list of types, else the number of types it lists (0 for an empty list).
+    pub t: Option<Option<u32>>,
     /// The node has a `shape` or a `value` attribute (of any kind).
     pub has_shape_or_value: bool,
     /// The type lists, in [`LIST_KEYS`] order: spans of [`Arrays::types`].
@@ -121,36 +127,86 @@ pub(crate) struct NodeView<'a, 'n> {
     pub attrs: NodeAttrs,
 }
 
-/// Decodes `bytes`, calling `on_node` for every node in file order; returns
-/// the names of the functions of the `library`.
+/// Decodes `bytes`, calling `on_node` for every node in file order (with
+/// its index); returns the names of the functions of the `library`.
 ///
 /// # Errors
-/// [`Malformed`] where the reference decoder fails (but for the UTF-8 of
-/// the byte strings of [`NodeView`]), or where `on_node` does.
+/// [`PlanError::Decode`] for malformed bytes (but for the UTF-8 of the byte
+/// strings of [`NodeView`]), and whatever `on_node` returns.
 ///
 /// # Complexity
 /// O(bytes), plus the callbacks.
 pub(crate) fn decode<'a>(
     bytes: &'a [u8],
     arrays: &mut Arrays,
-    mut on_node: impl FnMut(&NodeView<'a, '_>, &Arrays) -> Scanned<()>,
-) -> Scanned<Vec<&'a str>> {
+    mut on_node: impl FnMut(&NodeView<'a, '_>, &Arrays) -> Result<()>,
+) -> Result<Vec<&'a str>> {
     let mut functions = Vec::new();
     let mut st = NodeState::default();
     let mut r = Scan::new(bytes);
+    let mut index = 0usize;
     while !r.at_end() {
-        let (field, wire) = r.key()?;
+        let at_top = |m| report::malformed(bytes, m, &report::Place::Top { nodes: index });
+        let (field, wire) = r.key().map_err(at_top)?;
         match (field, wire) {
             (1, LEN) => {
-                let view = st.decode(r.bytes()?, arrays)?;
+                let b = r.bytes().map_err(at_top)?;
+                let view = match st.decode(b, arrays) {
+                    Ok(view) => view,
+                    Err(m) => return Err(st.malformed(bytes, m, index)),
+                };
                 on_node(&view, arrays)?;
+                index += 1;
             }
-            (2, LEN) => library(r.bytes()?, &mut functions)?,
-            (1 | 2, _) => return Err(Malformed),
-            _ => r.skip(wire)?,
+            (2, LEN) => library(r.bytes().map_err(at_top)?, &mut functions)
+                .map_err(|m| report::malformed(bytes, m, &report::Place::Library))?,
+            (1 | 2, _) => {
+                let f = Fault::GraphDefWire {
+                    field: field as u8,
+                    wire,
+                };
+                return Err(at_top(r.fault_here(f)));
+            }
+            _ => r.skip(wire).map_err(at_top)?,
         }
     }
     Ok(functions)
+}
+
+/// The name of node `index` of `bytes` (its last name field) where it lies
+/// in `bytes`, for an error about it; `None` if there is no such node or
+/// the bytes do not decode that far.
+///
+/// # Complexity
+/// O(bytes), walking the fields of the `GraphDef` and of the node.
+#[cold]
+#[inline(never)]
+pub(crate) fn name_in_input(bytes: &[u8], index: usize) -> Option<&[u8]> {
+    let mut r = Scan::new(bytes);
+    let mut seen = 0;
+    while !r.at_end() {
+        let (field, wire) = r.key().ok()?;
+        if (field, wire) != (1, LEN) {
+            r.skip(wire).ok()?;
+            continue;
+        }
+        let node = r.bytes().ok()?;
+        if seen == index {
+            let mut n = Scan::new(node);
+            let mut name = None;
+            while !n.at_end() {
+                let (f, w) = n.key().ok()?;
+                if (f, w) == (1, LEN) {
+                    name = Some(n.bytes().ok()?);
+                } else {
+                    n.skip(w).ok()?;
+                }
+            }
+            return name;
+        }
+        seen += 1;
+    }
+    None
 }
 
 /// Slots of the attributes whose first occurrence the build reads.
@@ -218,65 +274,13 @@ fn slot_of(key: &[u8]) -> Option<Option<Slot>> {
     }))
 }
 
-/// Where the data of an attribute value goes, if anywhere.
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Want {
-    Nothing,
-    /// A shape or a list of shapes into [`Arrays::out`].
-    OutShapes,
-    /// A shape into [`Arrays::side`].
-    SideShape,
-    /// A tensor's shape into [`Arrays::side`].
-    SideTensorShape,
-    /// A list of types into [`Arrays::types`].
-    Types,
-}
-
-/// The list kinds of `graphdef::decode_list`, in its priority order.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum ListKind {
-    /// Shapes, or an empty list.
-    Shapes,
-    Types,
-    Funcs,
-    Ints,
-}
-
-/// An attribute value, as the variant `graphdef::decode_attr_value` gives,
-/// with where its data was stored (`NOT_STORED` if it was not).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Val {
-    Other,
-    Scalar,
-    Type(i64),
-    Shape(u32),
-    TensorShape(u32),
-    Func,
-    List {
-        kind: ListKind,
-        shapes: Span,
-        types: Span,
-    },
-}
-
-const NOT_STORED: u32 = u32::MAX;
-
-impl Val {
-    fn names_function(self) -> bool {
-        matches!(
-            self,
-            Val::Func
-                | Val::List {
-                    kind: ListKind::Funcs,
-                    ..
-                }
-        )
-    }
-}
-
 /// The state of one node being decoded; reused from node to node.
 struct NodeState<'a> {
     inputs: Vec<&'a [u8]>,
+    /// The name read so far, and the key of the attribute being read (for
+    /// errors).
+    name: &'a [u8],
+    attr: Option<&'a [u8]>,
     /// The value of the first occurrence of each slot, valid where `seen`
     /// has the slot's bit.
     first: [Val; SLOTS],
@@ -288,6 +292,8 @@ impl Default for NodeState<'_> {
     fn default() -> Self {
         NodeState {
             inputs: Vec::new(),
+            name: b"",
+            attr: None,
             first: [Val::Other; SLOTS],
             seen: 0,
             calls_function: false,
@@ -296,21 +302,41 @@ impl Default for NodeState<'_> {
 }
 
 impl<'a> NodeState<'a> {
+    /// The error of `m`, met in node `index` of `input`.
+    #[cold]
+    #[inline(never)]
+    fn malformed(&self, input: &[u8], m: Malformed, index: usize) -> PlanError {
+        let place = report::Place::Node {
+            index,
+            name: self.name,
+            attr: self.attr,
+        };
+        report::malformed(input, m, &place)
+    }
+
     fn decode(&mut self, b: &'a [u8], arrays: &mut Arrays) -> Scanned<NodeView<'a, '_>> {
         self.inputs.clear();
         self.seen = 0;
         self.calls_function = false;
-        let (mut name, mut op, mut device): (&[u8], &[u8], &[u8]) = (b"", b"", b"");
+        self.name = b"";
+        self.attr = None;
+        let (mut op, mut device): (&[u8], &[u8]) = (b"", b"");
         let mut r = Scan::new(b);
         while !r.at_end() {
             let (field, wire) = r.key()?;
             match (field, wire) {
-                (1, LEN) => name = replace(name, r.bytes()?)?,
+                (1, LEN) => self.name = replace(self.name, r.bytes()?)?,
                 (2, LEN) => op = replace(op, r.bytes()?)?,
                 (3, LEN) => self.inputs.push(r.bytes()?),
                 (4, LEN) => device = replace(device, r.bytes()?)?,
                 (5, LEN) => self.attr_entry(r.bytes()?, arrays)?,
-                (1..=5, _) => return Err(Malformed),
+                (1..=5, _) => {
+                    let f = Fault::NodeDefWire {
+                        field: field as u8,
+                        wire,
+                    };
+                    return Err(r.fault_here(f));
+                }
                 _ => r.skip(wire)?,
             }
         }
@@ -325,11 +351,12 @@ impl<'a> NodeState<'a> {
         .iter()
         .any(|&n| n >= limit)
         {
-            return Err(Malformed);
+            return Err(Malformed::in_bytes(b, b.len(), Fault::TooLarge));
         }
+        self.attr = None;
         let attrs = self.summary(op, arrays);
         Ok(NodeView {
-            name,
+            name: self.name,
             op,
             device,
             inputs: &self.inputs,
@@ -351,11 +378,12 @@ impl<'a> NodeState<'a> {
         }
         let Some(slot) = slot_of(key) else {
             // The reference reads every key as a string.
-            if !key.is_ascii() {
-                std::str::from_utf8(key).map_err(|_| Malformed)?;
+            if !key.is_ascii() && std::str::from_utf8(key).is_err() {
+                return Err(Malformed::in_bytes(key, 0, Fault::NotUtf8));
             }
             return Ok(());
         };
+        self.attr = Some(key);
         let first = slot.filter(|&s| self.seen & (1 << s as u16) == 0);
         let want = match first {
             Some(Slot::OutputShapes) => Want::OutShapes,
@@ -373,6 +401,7 @@ impl<'a> NodeState<'a> {
             self.first[s as usize] = v;
             self.seen |= 1 << s as u16;
         }
+        self.attr = None;
         Ok(())
     }
 
@@ -381,7 +410,7 @@ impl<'a> NodeState<'a> {
         let get = |s: Slot| (self.seen & (1 << s as u16) != 0).then(|| self.first[s as usize]);
         let output_shapes = match get(Slot::OutputShapes) {
             Some(Val::List {
-                kind: ListKind::Shapes,
+                kind: ListKind::Shapes | ListKind::Empty,
                 shapes,
                 ..
             }) => Some(shapes),
@@ -416,9 +445,22 @@ impl<'a> NodeState<'a> {
                 _ => None,
             })
         };
+        let t = get(Slot::T).map(|v| match v {
+            Val::List {
+                kind: ListKind::Types,
+                types: (lo, hi),
+                ..
+            } => Some(hi - lo),
+            Val::List {
+                kind: ListKind::Empty,
+                ..
+            } => Some(0),
+            _ => None,
+        });
         NodeAttrs {
             output_shapes,
             fallback,
+            t,
             has_shape_or_value: get(Slot::Shape).is_some() || get(Slot::Value).is_some(),
             lists,
             single,
@@ -432,241 +474,8 @@ impl<'a> NodeState<'a> {
 /// replaces is checked here.
 #[inline]
 fn replace<'a>(old: &[u8], new: &'a [u8]) -> Scanned<&'a [u8]> {
-    if !old.is_ascii() {
-        std::str::from_utf8(old).map_err(|_| Malformed)?;
+    if !old.is_ascii() && std::str::from_utf8(old).is_err() {
+        return Err(Malformed::in_bytes(old, 0, Fault::NotUtf8));
     }
     Ok(new)
-}
-
-/// An `AttrValue`: the last field of a known kind wins, as in the reference.
-/// Only the data of that field stays in `arrays`, and only where `want`
-/// asks for it.
-fn attr_value(b: &[u8], want: Want, arrays: &mut Arrays) -> Scanned<Val> {
-    let marks = (arrays.out.mark(), arrays.side.mark(), arrays.types.len());
-    let mut r = Scan::new(b);
-    let mut out = Val::Other;
-    while !r.at_end() {
-        let (field, wire) = r.key()?;
-        if !matches!((field, wire), (1 | 2 | 7 | 8 | 10, LEN) | (3 | 5 | 6, 0)) {
-            r.skip(wire)?;
-            continue;
-        }
-        if want != Want::Nothing {
-            arrays.out.rollback(marks.0);
-            arrays.side.rollback(marks.1);
-            arrays.types.truncate(marks.2);
-        }
-        out = match field {
-            1 => list(r.bytes()?, want, arrays)?,
-            2 => {
-                r.bytes()?;
-                Val::Scalar
-            }
-            3 | 5 => {
-                r.varint()?;
-                Val::Scalar
-            }
-            6 => Val::Type(r.varint()? as i64),
-            7 => {
-                let to = match want {
-                    Want::OutShapes => Some(&mut arrays.out),
-                    Want::SideShape => Some(&mut arrays.side),
-                    _ => None,
-                };
-                Val::Shape(shape(r.bytes()?, to)?)
-            }
-            8 => {
-                let to = (want == Want::SideTensorShape).then_some(&mut arrays.side);
-                Val::TensorShape(tensor_shape(r.bytes()?, to)?)
-            }
-            _ => {
-                func_name(r.bytes()?)?;
-                Val::Func
-            }
-        };
-    }
-    Ok(out)
-}
-
-/// A `ListValue`, kind chosen as `graphdef::decode_list` does.
-fn list(b: &[u8], want: Want, arrays: &mut Arrays) -> Scanned<Val> {
-    let s0 = arrays.out.shapes.len() as u32;
-    let t0 = arrays.types.len() as u32;
-    let (mut ints, mut types, mut shapes, mut funcs) = (0usize, 0usize, 0usize, 0usize);
-    let mut r = Scan::new(b);
-    while !r.at_end() {
-        let (field, wire) = r.key()?;
-        match field {
-            3 => r.for_each_varint(wire, |_| ints += 1)?,
-            6 => {
-                let keep = want == Want::Types;
-                let out = &mut arrays.types;
-                r.for_each_varint(wire, |v| {
-                    types += 1;
-                    if keep {
-                        out.push(DType::from_proto(v as i64).map_or(0, |d| d.0));
-                    }
-                })?
-            }
-            7 if wire == LEN => {
-                let to = (want == Want::OutShapes).then_some(&mut arrays.out);
-                shape(r.bytes()?, to)?;
-                shapes += 1;
-            }
-            9 if wire == LEN => {
-                func_name(r.bytes()?)?;
-                funcs += 1;
-            }
-            _ => r.skip(wire)?,
-        }
-    }
-    let kind = if shapes > 0 {
-        ListKind::Shapes
-    } else if types > 0 {
-        ListKind::Types
-    } else if funcs > 0 {
-        ListKind::Funcs
-    } else if ints > 0 {
-        ListKind::Ints
-    } else {
-        ListKind::Shapes
-    };
-    // Lengths past u32 are rejected at the end of the node.
-    let span = |start: u32, n: usize, stored: bool| {
-        if stored {
-            (start, start.wrapping_add(n as u32))
-        } else {
-            (NOT_STORED, NOT_STORED)
-        }
-    };
-    Ok(Val::List {
-        kind,
-        shapes: span(s0, shapes, want == Want::OutShapes),
-        types: span(t0, types, want == Want::Types),
-    })
-}
-
-/// A `TensorShapeProto`, as `graphdef::decode_shape` reads it; stored in
-/// `to` if given. Returns the index of the stored shape, or `NOT_STORED`.
-fn shape(b: &[u8], to: Option<&mut ShapeBuf>) -> Scanned<u32> {
-    let mut to = to;
-    let off = to.as_ref().map_or(0, |t| t.dims.len());
-    let mut unknown_rank = false;
-    let mut r = Scan::new(b);
-    while !r.at_end() {
-        let (field, wire) = r.key()?;
-        match (field, wire) {
-            (2, LEN) => {
-                let mut d = Scan::new(r.bytes()?);
-                let mut size = 0i64;
-                while !d.at_end() {
-                    let (f, w) = d.key()?;
-                    if f == 1 && w == 0 {
-                        size = d.varint()? as i64;
-                    } else {
-                        d.skip(w)?;
-                    }
-                }
-                if let Some(t) = to.as_mut() {
-                    t.dims.push(size);
-                }
-            }
-            (3, 0) => unknown_rank = r.varint()? != 0,
-            _ => r.skip(wire)?,
-        }
-    }
-    let Some(t) = to else {
-        return Ok(NOT_STORED);
-    };
-    let rank = if unknown_rank {
-        t.dims.truncate(off);
-        UNKNOWN_RANK
-    } else {
-        (t.dims.len() - off) as u32
-    };
-    t.shapes.push(ShapeRec {
-        off: off as u32,
-        rank,
-    });
-    Ok((t.shapes.len() - 1) as u32)
-}
-
-/// The `tensor_shape` of a `TensorProto` (last one wins; a scalar if none).
-fn tensor_shape(b: &[u8], to: Option<&mut ShapeBuf>) -> Scanned<u32> {
-    let mut to = to;
-    let mark = to.as_ref().map(|t| t.mark());
-    let mut found = None;
-    let mut r = Scan::new(b);
-    while !r.at_end() {
-        let (field, wire) = r.key()?;
-        if field == 2 && wire == LEN {
-            if let (Some(t), Some(m)) = (to.as_mut(), mark) {
-                t.rollback(m);
-            }
-            found = Some(shape(r.bytes()?, to.as_deref_mut())?);
-        } else {
-            r.skip(wire)?;
-        }
-    }
-    match (found, to) {
-        (Some(i), _) => Ok(i),
-        (None, Some(t)) => {
-            t.shapes.push(ShapeRec {
-                off: t.dims.len() as u32,
-                rank: 0,
-            });
-            Ok((t.shapes.len() - 1) as u32)
-        }
-        (None, None) => Ok(NOT_STORED),
-    }
-}
-
-/// Checks a `NameAttrList` as `graphdef::decode_func_name` reads it.
-fn func_name(b: &[u8]) -> Scanned<()> {
-    let mut r = Scan::new(b);
-    while !r.at_end() {
-        let (field, wire) = r.key()?;
-        if field == 1 && wire == LEN {
-            r.str()?;
-        } else {
-            r.skip(wire)?;
-        }
-    }
-    Ok(())
-}
-
-/// The function names of a `FunctionDefLibrary`, as `graphdef::decode_library`.
-fn library<'a>(b: &'a [u8], out: &mut Vec<&'a str>) -> Scanned<()> {
-    let mut r = Scan::new(b);
-    while !r.at_end() {
-        let (field, wire) = r.key()?;
-        if field == 1 && wire == LEN {
-            let mut f = Scan::new(r.bytes()?);
-            while !f.at_end() {
-                let (ff, fw) = f.key()?;
-                if ff == 1 && fw == LEN {
-                    out.push(op_def_name(f.bytes()?)?);
-                } else {
-                    f.skip(fw)?;
-                }
-            }
-        } else {
-            r.skip(wire)?;
-        }
-    }
-    Ok(())
-}
-
-fn op_def_name(b: &[u8]) -> Scanned<&str> {
-    let mut r = Scan::new(b);
-    let mut name = "";
-    while !r.at_end() {
-        let (field, wire) = r.key()?;
-        if field == 1 && wire == LEN {
-            name = r.str()?;
-        } else {
-            r.skip(wire)?;
-        }
-    }
-    Ok(name)
 }

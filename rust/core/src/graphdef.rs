@@ -3,10 +3,11 @@
 //! Only the fields the planner needs are read; everything else is skipped
 //! without being interpreted. Strings borrow from the input bytes.
 //!
-//! This is the reference decoder: it defines what is accepted and the
-//! decode errors. [`crate::build::graph_from_bytes`] takes a direct route
-//! (the crate-private `flatdecode`, with no record per node) that accepts
-//! no more than this decoder and re-runs it for the error message.
+//! This is the reference decoder, kept as the test oracle of the decoder
+//! of [`crate::graph_from_bytes`] (the crate-private `flatdecode`,
+//! with no record per node), which must accept what this one accepts, with
+//! the same meaning, and reject the rest. Compiled for tests and with the
+//! `testing` feature only.
 //!
 //! # Complexity
 //! O(bytes): one pass over the input, no recursion deeper than five message
@@ -16,10 +17,7 @@ use crate::dtype::DType;
 use crate::error::{PlanError, Result};
 use crate::wire::{Reader, LEN};
 
-/// A shape as written in a `TensorShapeProto`: `None` for unknown rank,
-/// `-1` for an unknown dimension.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Shape(pub Option<Vec<i64>>);
+pub use crate::build::Shape;
 
 /// The attribute values the planner reads.
 #[derive(Debug, Clone, PartialEq)]

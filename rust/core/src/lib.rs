@@ -7,9 +7,9 @@
 //!
 //! | phase | module | what |
 //! |---|---|---|
-//! | decode + build | `direct` (with `flatdecode`, `nametable`) | `GraphDef` bytes -> [`graph::Graph`] (CSR arrays) in one pass over flat arrays, as [`build::graph_from_bytes`] does |
-//! | decode | [`graphdef`] | the reference decoder: `GraphDef` bytes -> borrowed node records |
-//! | build | [`build`] | node records or flat specs -> [`graph::Graph`], op facts from [`opkind`] |
+//! | decode + build | `flatdecode`, `direct` (with `nametable`) | `GraphDef` bytes -> [`graph::Graph`] (CSR arrays) in one pass over flat arrays, with typed errors: [`graph_from_bytes`] |
+//! | build | [`build`] | flat node specs -> [`graph::Graph`]; what both routes share; op facts from [`opkind`] |
+//! | test oracle | `graphdef`, `reference` (tests and the `testing` feature) | the reference decoder: `GraphDef` bytes -> borrowed node records -> node specs |
 //! | phases | [`phase`] | forward / backward / update from the loss |
 //! | schedule | [`schedule`] | deterministic topological order |
 //! | liveness | [`liveness`], [`inplace`], [`workspace`] | live intervals, memory timeline, peak; outputs written into their input's buffer; the kernels' scratch |
@@ -44,6 +44,7 @@ pub mod export;
 pub mod facts;
 pub(crate) mod flatdecode;
 pub mod graph;
+#[cfg(any(test, feature = "testing"))]
 pub mod graphdef;
 pub mod host;
 pub mod inplace;
@@ -52,6 +53,8 @@ pub(crate) mod nametable;
 pub mod opkind;
 pub mod phase;
 pub mod plan;
+#[cfg(any(test, feature = "testing"))]
+pub mod reference;
 pub mod replay;
 pub mod schedule;
 pub mod simulate;
@@ -61,6 +64,7 @@ pub mod untimed;
 pub(crate) mod wire;
 pub mod workspace;
 
+pub use direct::graph_from_bytes;
 pub use error::{PlanError, Result};
 
 /// A graph with its schedule and liveness.
@@ -79,7 +83,7 @@ pub struct Analysis {
 /// # Complexity
 /// O(bytes + N log N + E).
 pub fn analyze(bytes: &[u8], opts: &build::BuildOptions) -> Result<Analysis> {
-    let graph = build::graph_from_bytes(bytes, opts)?;
+    let graph = graph_from_bytes(bytes, opts)?;
     analyze_graph(graph)
 }
 

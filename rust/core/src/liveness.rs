@@ -306,9 +306,8 @@ impl Liveness {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::build::{build, BuildOptions, NodeSpec, OutSpec};
+    use crate::build::{build, BuildOptions, NodeSpec, OutSpec, Shape};
     use crate::dtype::DType;
-    use crate::graphdef::Shape;
 
     /// The narrow and wide timelines of a -> b -> c (c reads a and b), each
     /// output a float tensor of `dims`, or of `bytes` each when given (set

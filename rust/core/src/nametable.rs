@@ -1,4 +1,4 @@
-//! Names to ids for the direct build route.
+//! Names to ids for the GraphDef decoder's build (`direct`).
 //!
 //! - [`NameTable`]: an open-addressing table of 8-byte slots (32 bits of
 //!   the name's hash and the id) that keeps no copy of the names; a probe
@@ -196,9 +196,19 @@ impl Names {
         (std::mem::take(&mut self.text), &self.ends)
     }
 
+    /// Whether some name has the byte `b`.
+    pub(crate) fn any_has(&self, b: u8) -> bool {
+        self.text.contains(&b)
+    }
+
+    /// Puts back the text [`Names::take_text`] took.
+    pub(crate) fn restore_text(&mut self, text: Vec<u8>) {
+        self.text = text;
+    }
+
     /// Checks that no two names are equal and finds the node of each name
-    /// `query(i) = (hash, name)`, `i` in `0..n`; `None` if two names are
-    /// equal or a query names no node.
+    /// `query(i) = (hash, name)`, `i` in `0..n` ([`NONE`] where no node has
+    /// the name); `None` if two names are equal.
     ///
     /// Names and queries are grouped by the top bits of their hashes (a
     /// counting sort each), and each group's names go into a small table,
@@ -232,7 +242,7 @@ impl Names {
                 let (h, name) = query(b * VERIFY_BATCH + k);
                 if *id == NONE || self.get(*id) != name {
                     // Another name with the same 32 bits of hash, or none.
-                    *id = self.groups.find(name, h, |i| self.get(i))?;
+                    *id = self.groups.find(name, h, |i| self.get(i)).unwrap_or(NONE);
                 }
             }
         }
@@ -490,7 +500,8 @@ mod tests {
         assert_eq!(n.find(b"layer5/op6", name_of), None);
         // A query naming no node, and two equal names.
         let mut n = names(&list);
-        assert_eq!(n.resolve(1, |_| (hash(b"nope"), &b"nope"[..])), None);
+        let nope = n.resolve(1, |_| (hash(b"nope"), &b"nope"[..]));
+        assert_eq!(nope, Some(vec![NONE]));
         let mut dup = list.clone();
         dup.push("layer3/op3".into());
         assert_eq!(names(&dup).resolve(0, |_| (0, &b""[..])), None);

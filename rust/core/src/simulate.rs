@@ -160,8 +160,8 @@ pub struct SimResult {
 ///
 /// # Example
 /// ```
-/// use hybridplan_core::build::{build, BuildOptions, NodeSpec, OutSpec};
-/// use hybridplan_core::{analyze_graph, device::preset, dtype::DType, graphdef::Shape};
+/// use hybridplan_core::build::{build, BuildOptions, NodeSpec, OutSpec, Shape};
+/// use hybridplan_core::{analyze_graph, device::preset, dtype::DType};
 /// use hybridplan_core::{plan::Plan, simulate::simulate};
 /// let out = vec![OutSpec { dtype: Some(DType::FLOAT), shape: Shape(Some(vec![256])) }];
 /// let n = |name, op, inputs| NodeSpec { name, op, device: "", inputs, outputs: out.clone(), calls_function: false };

@@ -75,9 +75,8 @@ fn live(g: &Graph) -> Vec<bool> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::build::{build, BuildOptions, NodeSpec, OutSpec};
+    use crate::build::{build, BuildOptions, NodeSpec, OutSpec, Shape};
     use crate::dtype::DType;
-    use crate::graphdef::Shape;
 
     fn spec(name: &'static str, op: &'static str, inputs: &[&'static str]) -> NodeSpec<'static> {
         let dtype = if op == "VarHandleOp" {

@@ -1,10 +1,14 @@
 //! A minimal, zero-copy protobuf wire-format reader and writer.
 //!
-//! Only what the GraphDef decoder and the synthetic generator need. Every
-//! read is bounds-checked: malformed input gives [`PlanError::Decode`],
-//! never a panic, and no length read from the input is trusted before it is
-//! checked against the bytes that remain.
+//! [`Scan`] is the reader of the GraphDef decoder (`flatdecode`): every read
+//! is bounds-checked, and malformed input gives a [`Malformed`] that says
+//! what is wrong and where (a [`Fault`] and the address of the offending
+//! bytes), never a panic; no length read from the input is
+//! trusted before it is checked against the bytes that remain. [`Writer`]
+//! serves the synthetic generator and tests. [`Reader`], the reader of the
+//! reference decoder (`graphdef`), is kept as a test oracle only.
 
+#[cfg(any(test, feature = "testing"))]
 use crate::error::{PlanError, Result};
 
 /// Protobuf wire types.
@@ -13,12 +17,14 @@ pub(crate) const FIXED64: u8 = 1;
 pub(crate) const LEN: u8 = 2;
 pub(crate) const FIXED32: u8 = 5;
 
-/// A cursor over a protobuf message.
+/// A cursor over a protobuf message (the reference decoder's).
+#[cfg(any(test, feature = "testing"))]
 pub(crate) struct Reader<'a> {
     buf: &'a [u8],
     pos: usize,
 }
 
+#[cfg(any(test, feature = "testing"))]
 impl<'a> Reader<'a> {
     pub(crate) fn new(buf: &'a [u8]) -> Self {
         Reader { buf, pos: 0 }
@@ -133,20 +139,89 @@ impl<'a> Reader<'a> {
     }
 }
 
+#[cfg(any(test, feature = "testing"))]
 fn err_at(pos: usize, what: &str) -> PlanError {
     PlanError::Decode(format!("{what} at byte {pos}"))
 }
 
-/// The error of a [`Scan`]: the input is malformed, no detail given.
+/// What is wrong where a [`Scan`] (or its caller) stops.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Malformed;
+pub(crate) enum Fault {
+    /// The input ends inside a varint (at: its first byte).
+    TruncatedVarint,
+    /// A varint past 64 bits (at: its first byte).
+    VarintOverflow,
+    /// A field key with field number 0 or past 2^29 (at: the key).
+    FieldNumber,
+    /// A length past the end of the enclosing message (at: the length).
+    LengthPastEnd,
+    /// A fixed-width field past the end of its message (at: the field).
+    TruncatedFixed,
+    /// A wire type protobuf does not have, 3, 4, 6 or 7 (at: after the key).
+    WireType(u8),
+    /// A repeated integer of wire type neither packed nor varint (at: after
+    /// the key).
+    RepeatedIntWire(u8),
+    /// A string that is not UTF-8 (at: its first byte).
+    NotUtf8,
+    /// A field of `GraphDef` (node, library) of the wrong wire type (at:
+    /// after the key).
+    GraphDefWire { field: u8, wire: u8 },
+    /// A field of `NodeDef` (1 to 5) of the wrong wire type (at: after the key).
+    NodeDefWire { field: u8, wire: u8 },
+    /// More than 2^32 shape dimensions or type-list entries in all (at: the
+    /// end of the node that passed the limit).
+    TooLarge,
+}
+
+thread_local! {
+    /// The address of the bytes the last [`Malformed`] of this thread is
+    /// about: written where the error is made, read where it is reported,
+    /// with nothing decoded in between (the error returns at once), so that
+    /// an error stays as small as the [`Fault`] and the results of the hot
+    /// reads stay in registers.
+    static LAST_AT: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+}
+
+/// The error of a [`Scan`]: a [`Fault`], and where (see [`Malformed::offset_in`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Malformed(Fault);
+
+impl Malformed {
+    /// `fault` at the byte `at` points to.
+    #[cold]
+    #[inline(never)]
+    pub(crate) fn at(at: *const u8, fault: Fault) -> Malformed {
+        LAST_AT.with(|c| c.set(at as usize));
+        Malformed(fault)
+    }
+
+    /// `fault` at `bytes[i]` (or just past the end).
+    #[cold]
+    #[inline(never)]
+    pub(crate) fn in_bytes(bytes: &[u8], i: usize, fault: Fault) -> Malformed {
+        Malformed::at(bytes.as_ptr().wrapping_add(i), fault)
+    }
+
+    pub(crate) fn fault(self) -> Fault {
+        self.0
+    }
+
+    /// The offset in `input` of the byte the fault is about, if it lies in
+    /// `input` (or just past its end). Call it before anything else is
+    /// decoded on this thread.
+    pub(crate) fn offset_in(self, input: &[u8]) -> Option<usize> {
+        let at = LAST_AT.with(std::cell::Cell::get);
+        let off = at.checked_sub(input.as_ptr() as usize)?;
+        (off <= input.len()).then_some(off)
+    }
+}
 
 /// Result of a [`Scan`] read.
 pub(crate) type Scanned<T> = std::result::Result<T, Malformed>;
 
-/// A [`Reader`] for hot loops: the same checks, an error without detail (so
-/// results stay in registers), and byte strings left for the caller to
-/// check as UTF-8.
+/// A protobuf cursor for hot loops: every read checked, an error of one
+/// word ([`Malformed`]), byte strings left for the caller to check as UTF-8.
 pub(crate) struct Scan<'a> {
     buf: &'a [u8],
     pos: usize,
@@ -163,6 +238,20 @@ impl<'a> Scan<'a> {
         self.pos >= self.buf.len()
     }
 
+    /// `fault` at byte `pos` of this message.
+    #[cold]
+    #[inline(never)]
+    fn fault(&self, pos: usize, fault: Fault) -> Malformed {
+        Malformed::in_bytes(self.buf, pos, fault)
+    }
+
+    /// `fault` at the current position (just after the last key read).
+    #[cold]
+    #[inline(never)]
+    pub(crate) fn fault_here(&self, fault: Fault) -> Malformed {
+        self.fault(self.pos, fault)
+    }
+
     #[inline]
     pub(crate) fn varint(&mut self) -> Scanned<u64> {
         match self.buf.get(self.pos) {
@@ -176,28 +265,32 @@ impl<'a> Scan<'a> {
 
     #[inline(never)]
     fn varint_slow(&mut self) -> Scanned<u64> {
+        let start = self.pos;
         let mut v: u64 = 0;
         for shift in (0..70).step_by(7) {
-            let &b = self.buf.get(self.pos).ok_or(Malformed)?;
+            let Some(&b) = self.buf.get(self.pos) else {
+                return Err(self.fault(start, Fault::TruncatedVarint));
+            };
             self.pos += 1;
             if shift == 63 && b > 1 {
-                return Err(Malformed);
+                return Err(self.fault(start, Fault::VarintOverflow));
             }
             v |= u64::from(b & 0x7f) << shift;
             if b & 0x80 == 0 {
                 return Ok(v);
             }
         }
-        Err(Malformed)
+        Err(self.fault(start, Fault::VarintOverflow))
     }
 
     /// Reads a field key: (field number, wire type).
     #[inline]
     pub(crate) fn key(&mut self) -> Scanned<(u32, u8)> {
+        let start = self.pos;
         let k = self.varint()?;
         let field = k >> 3;
         if field == 0 || field > u64::from(u32::MAX >> 3) {
-            return Err(Malformed);
+            return Err(self.fault(start, Fault::FieldNumber));
         }
         Ok((field as u32, (k & 7) as u8))
     }
@@ -205,10 +298,11 @@ impl<'a> Scan<'a> {
     /// Reads a length-delimited payload.
     #[inline]
     pub(crate) fn bytes(&mut self) -> Scanned<&'a [u8]> {
+        let at = self.pos;
         let len = self.varint()?;
-        let rest = self.buf.get(self.pos..).ok_or(Malformed)?;
+        let rest = self.buf.get(self.pos..).unwrap_or_default();
         if len > rest.len() as u64 {
-            return Err(Malformed);
+            return Err(self.fault(at, Fault::LengthPastEnd));
         }
         self.pos += len as usize;
         Ok(&rest[..len as usize])
@@ -217,7 +311,8 @@ impl<'a> Scan<'a> {
     /// Reads a length-delimited payload that must be UTF-8.
     #[inline]
     pub(crate) fn str(&mut self) -> Scanned<&'a str> {
-        std::str::from_utf8(self.bytes()?).map_err(|_| Malformed)
+        let b = self.bytes()?;
+        std::str::from_utf8(b).map_err(|_| Malformed::in_bytes(b, 0, Fault::NotUtf8))
     }
 
     /// Skips a field of the given wire type.
@@ -228,10 +323,10 @@ impl<'a> Scan<'a> {
             LEN => return self.bytes().map(|_| ()),
             FIXED64 => 8,
             FIXED32 => 4,
-            _ => return Err(Malformed),
+            _ => return Err(self.fault_here(Fault::WireType(wire))),
         };
         if self.buf.len() - self.pos < n {
-            return Err(Malformed);
+            return Err(self.fault(self.pos, Fault::TruncatedFixed));
         }
         self.pos += n;
         Ok(())
@@ -253,9 +348,29 @@ impl<'a> Scan<'a> {
                 f(self.varint()?);
                 Ok(())
             }
-            _ => Err(Malformed),
+            _ => Err(self.fault_here(Fault::RepeatedIntWire(wire))),
         }
     }
+}
+
+/// The key at `at` in `input`, read again to describe an error: (field
+/// number, wire type), or `None` past the end.
+pub(crate) fn key_at(input: &[u8], at: usize) -> Option<(u64, u8)> {
+    let k = varint_at(input, at)?;
+    Some((k >> 3, (k & 7) as u8))
+}
+
+/// The varint at `at` in `input` (its low 64 bits), read again to describe
+/// an error; `None` if it does not end in the input.
+pub(crate) fn varint_at(input: &[u8], at: usize) -> Option<u64> {
+    let mut v = 0u64;
+    for (i, &b) in input.get(at..)?.iter().take(10).enumerate() {
+        v |= u64::from(b & 0x7f).checked_shl(7 * i as u32).unwrap_or(0);
+        if b & 0x80 == 0 {
+            return Some(v);
+        }
+    }
+    None
 }
 
 /// A protobuf writer (used by the synthetic generator and tests: compiled

@@ -355,9 +355,8 @@ pub fn table(g: &Graph, rule: WorkspaceRule, overrides: &[(u32, u64)]) -> Vec<u6
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::build::{build, BuildOptions, NodeSpec, OutSpec};
+    use crate::build::{build, BuildOptions, NodeSpec, OutSpec, Shape};
     use crate::dtype::DType;
-    use crate::graphdef::Shape;
 
     fn out(dtype: DType, dims: &[i64]) -> Vec<OutSpec> {
         vec![OutSpec {

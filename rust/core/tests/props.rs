@@ -1,6 +1,8 @@
 //! Property tests of build, schedule and liveness on random DAGs, of the
 //! synthetic generator on random specs, and of the decoder on random and
-//! mutated bytes (never a panic).
+//! mutated bytes: never a panic, and the reference route's result
+//! (`reference::agree`: the same graph, and so the same analysis, or an
+//! error where the reference has one).
 //!
 //! The random DAGs are drawn in creation order (every edge goes from an
 //! earlier node to a later one), then shuffled so the node ids the graph
@@ -12,12 +14,12 @@
 
 use std::collections::HashMap;
 
-use hybridplan_core::build::{build, BuildOptions, NodeSpec, OutSpec};
+use hybridplan_core::build::{build, BuildOptions, NodeSpec, OutSpec, Shape};
 use hybridplan_core::dtype::DType;
 use hybridplan_core::graph::{Graph, NodeFlags, NONE};
-use hybridplan_core::graphdef::Shape;
 use hybridplan_core::liveness::{liveness, Liveness};
 use hybridplan_core::opkind;
+use hybridplan_core::reference::{agree, reference_graph_from_bytes};
 use hybridplan_core::schedule::{schedule, Schedule};
 use hybridplan_core::synth::encode::{len_field, shape, varint_field};
 use hybridplan_core::synth::{self, SynthKind, SynthSpec};
@@ -473,7 +475,26 @@ proptest! {
 }
 
 // ---------------------------------------------------------------------------
-// Untrusted bytes: Ok or Err, never a panic.
+// Untrusted bytes: Ok or Err, never a panic, and the reference's verdict.
+
+/// The decoder agrees with the reference route on `bytes`, and where both
+/// accept, the analyses (schedule, liveness) are the same.
+fn decoders_agree(bytes: &[u8]) -> Result<(), TestCaseError> {
+    let opts = BuildOptions::default();
+    let built = agree(bytes, &opts).map_err(TestCaseError::fail)?;
+    if built.is_some() {
+        let a = analyze(bytes, &opts);
+        let r = reference_graph_from_bytes(bytes, &opts).and_then(analyze_graph);
+        match (a, r) {
+            (Ok(a), Ok(r)) => {
+                prop_assert_eq!(&a.schedule, &r.schedule);
+                prop_assert_eq!(&a.liveness, &r.liveness);
+            }
+            (a, r) => prop_assert_eq!(a.err(), r.err()),
+        }
+    }
+    Ok(())
+}
 
 /// A random `NodeDef`: mostly well formed (unique names, inputs naming
 /// existing nodes, float dtype, known shapes), with some of every defect
@@ -569,17 +590,17 @@ proptest! {
     #![proptest_config(ProptestConfig::with_cases(1000))]
 
     #[test]
-    fn random_bytes_never_panic(bytes in vec(any::<u8>(), 0..2048)) {
-        let _ = analyze(&bytes, &BuildOptions::default());
+    fn random_bytes_get_the_references_verdict(bytes in vec(any::<u8>(), 0..2048)) {
+        decoders_agree(&bytes)?;
     }
 
     #[test]
-    fn random_graphdefs_never_panic(nodes in vec(fuzz_node(), 1..24)) {
-        let _ = analyze(&graphdef_bytes(&nodes), &BuildOptions::default());
+    fn random_graphdefs_get_the_references_verdict(nodes in vec(fuzz_node(), 1..24)) {
+        decoders_agree(&graphdef_bytes(&nodes))?;
     }
 
     #[test]
-    fn mutated_real_graphdef_never_panics(
+    fn mutated_real_graphdef_gets_the_references_verdict(
         flips in vec((any::<Index>(), xor_mask()), 1..12),
         cut in proptest::option::of(any::<Index>()),
     ) {
@@ -591,7 +612,7 @@ proptest! {
         if let Some(c) = cut {
             bytes.truncate(c.index(bytes.len()));
         }
-        let _ = analyze(&bytes, &BuildOptions::default());
+        decoders_agree(&bytes)?;
     }
 }
 

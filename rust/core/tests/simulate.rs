@@ -1,11 +1,10 @@
 //! The simulator on tiny graphs whose answers are worked out by hand, the
 //! empty-plan peak against liveness, and plan validation.
 
-use hybridplan_core::build::{build, BuildOptions, NodeSpec, OutSpec};
+use hybridplan_core::build::{build, BuildOptions, NodeSpec, OutSpec, Shape};
 use hybridplan_core::device::{preset, DeviceModel};
 use hybridplan_core::dtype::DType;
 use hybridplan_core::graph::{Graph, Phase};
-use hybridplan_core::graphdef::Shape;
 use hybridplan_core::plan::{Plan, Recompute, Swap, SwapIn};
 use hybridplan_core::simulate::{simulate, simulate_with, EventKind, SimOptions, SimResult};
 use hybridplan_core::{analyze, analyze_graph, cost, synth, Analysis, PlanError};

@@ -124,9 +124,8 @@ fn in_scope(name: &str, scope: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::build::{build, BuildOptions, NodeSpec, OutSpec};
+    use crate::build::{build, BuildOptions, NodeSpec, OutSpec, Shape};
     use crate::dtype::DType;
-    use crate::graphdef::Shape;
 
     fn graph() -> Graph {
         let spec = |name: &'static str, op: &'static str, inputs: &[&'static str]| NodeSpec {

@@ -128,9 +128,8 @@ fn regrouped(g: &Graph, t: u32) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::build::{build, BuildOptions, NodeSpec, OutSpec};
+    use crate::build::{build, BuildOptions, NodeSpec, OutSpec, Shape};
     use crate::dtype::DType;
-    use crate::graphdef::Shape;
     use crate::schedule::schedule;
 
     fn spec(name: &'static str, op: &'static str, inputs: &[&'static str]) -> NodeSpec<'static> {
