@@ -24,8 +24,9 @@
 
 use super::greedy::{choose_indexed, queued_out_ends, Chosen, Guide, Index, Pool};
 use super::links::place_swap_ins;
-use super::planner::{Planned, Planner, Strategy, Verdict};
+use super::planner::{Planned, Planner, Strategy};
 use super::Plan;
+use crate::simulate::SimResult;
 
 /// Which recompute options a greedy pool holds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -178,7 +179,7 @@ impl Planner<'_> {
         target: u64,
         floor: &[f64],
         queue_check: bool,
-    ) -> Option<(Plan, Verdict, Chosen)> {
+    ) -> Option<(Plan, SimResult, Chosen)> {
         let guide = Guide {
             out_floor: floor,
             queue_check,

@@ -51,6 +51,7 @@ use super::tflms::TflmsParams;
 use super::{Plan, Recompute, Swap, SwapIn};
 use crate::error::{PlanError, Result};
 use crate::graph::NONE;
+use crate::simulate::SimResult;
 
 /// A planning strategy.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -156,20 +157,13 @@ impl Default for PlanOptions {
     }
 }
 
-/// The simulator's verdict on a plan.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Verdict {
-    pub peak_bytes: u64,
-    pub step_time_s: f64,
-    /// Most swapped bytes held in host memory at once (`host.rs`).
-    pub host_peak_bytes: u64,
-}
-
 /// A plan that fits, with its verdict.
 #[derive(Debug, Clone)]
 pub struct Planned {
     pub plan: Plan,
-    pub verdict: Verdict,
+    /// The simulator's verdict on the plan, at [`Detail::Summary`](crate::simulate::Detail::Summary)
+    /// (what the judge returned).
+    pub verdict: SimResult,
     /// The strategy whose plan this is (for `hybrid`, the winner inside it).
     pub strategy: String,
     /// Simulations run.
@@ -180,7 +174,7 @@ pub struct Planned {
 pub struct Planner<'a> {
     pub(super) ctx: &'a Ctx<'a>,
     pub(super) opts: &'a PlanOptions,
-    pub(super) judge: &'a dyn Fn(&Plan) -> Result<Verdict>,
+    pub(super) judge: &'a dyn Fn(&Plan) -> Result<SimResult>,
     pub(super) cands: Vec<SwapCandidate>,
     pub(super) swaps: Vec<SwapOpt>,
     pub(super) swap_tensor: Vec<u32>,
@@ -191,7 +185,7 @@ pub struct Planner<'a> {
     pub(super) base_recs: usize,
     pub(super) evals: std::cell::Cell<u32>,
     /// Every plan judged so far, with its verdict (`judge`).
-    pub(super) judged: std::cell::RefCell<Vec<(Plan, Verdict)>>,
+    pub(super) judged: std::cell::RefCell<Vec<(Plan, SimResult)>>,
     pub(super) tflms_memo: std::cell::OnceCell<Option<Planned>>,
     pub(super) best_fail: std::cell::Cell<(u64, &'static str)>,
     /// Smallest host peak of a plan within the device budget but over the
@@ -213,13 +207,16 @@ pub struct Planner<'a> {
 
 impl<'a> Planner<'a> {
     /// Builds every option once (only those the selection allows).
+    /// `judge` simulates a plan; [`Detail::Summary`](crate::simulate::Detail::Summary)
+    /// is all the planner reads, and each result is kept (cloned) for the
+    /// plans judged again.
     ///
     /// # Errors
     /// [`PlanError::InvalidArgument`] for a bad selection (`select.rs`).
     pub fn new(
         ctx: &'a Ctx<'a>,
         opts: &'a PlanOptions,
-        judge: &'a dyn Fn(&Plan) -> Result<Verdict>,
+        judge: &'a dyn Fn(&Plan) -> Result<SimResult>,
     ) -> Result<Self> {
         let selected = opts.selection.mask(ctx.g)?;
         let cands = swap_candidates(ctx.g, ctx.s, ctx.l, opts.min_gap, opts.min_bytes);
@@ -281,13 +278,13 @@ impl<'a> Planner<'a> {
     /// strategies of `hybrid` often reach the same one) is not simulated
     /// again. O(plans judged * plan size) to look it up (the plans judged
     /// are the evaluations, a few dozen), plus O(simulate) for a new one.
-    pub(super) fn judge(&self, plan: &Plan) -> Result<Verdict> {
+    pub(super) fn judge(&self, plan: &Plan) -> Result<SimResult> {
         if let Some((_, v)) = self.judged.borrow().iter().find(|(p, _)| p == plan) {
-            return Ok(*v);
+            return Ok(v.clone());
         }
         self.evals.set(self.evals.get() + 1);
         let v = (self.judge)(plan)?;
-        self.judged.borrow_mut().push((plan.clone(), v));
+        self.judged.borrow_mut().push((plan.clone(), v.clone()));
         Ok(v)
     }
 
@@ -312,7 +309,7 @@ impl<'a> Planner<'a> {
         result.ok_or_else(|| self.budget_error())
     }
 
-    pub(super) fn planned(&self, plan: Plan, verdict: Verdict, strategy: &str) -> Planned {
+    pub(super) fn planned(&self, plan: Plan, verdict: SimResult, strategy: &str) -> Planned {
         Planned {
             plan,
             verdict,
@@ -351,7 +348,7 @@ impl<'a> Planner<'a> {
     /// Does a plan with verdict `v` fit both budgets? A plan within the
     /// device budget but over the host budget is remembered for the error
     /// (`HostBudget`: the smallest host peak among such plans).
-    pub(super) fn fits(&self, v: &Verdict) -> bool {
+    pub(super) fn fits(&self, v: &SimResult) -> bool {
         if v.peak_bytes > self.opts.budget {
             return false;
         }

@@ -61,7 +61,7 @@ impl<'a> Layout<'a> {
     ///
     /// # Errors
     /// [`crate::PlanError::InvalidArgument`] when `costs` or `s` do not fit
-    /// `g` or the device model is invalid (as [`super::simulate`]).
+    /// `g` or the device model is invalid (as [`super::Simulator::new`]).
     pub fn new(
         g: &'a Graph,
         s: &'a Schedule,
