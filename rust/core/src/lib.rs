@@ -50,7 +50,7 @@ pub mod replay;
 pub mod schedule;
 pub mod simulate;
 pub mod synth;
-pub mod untimed;
+pub(crate) mod untimed;
 pub(crate) mod wire;
 pub mod workspace;
 

@@ -89,24 +89,24 @@ impl Plan {
 }
 
 pub mod candidates;
-pub mod cuts;
-pub mod d2h;
+pub(crate) mod cuts;
+pub(crate) mod d2h;
 pub mod feed;
 mod fit;
 pub mod greedy;
-pub mod links;
-pub mod memtree;
+pub(crate) mod links;
+pub(crate) mod memtree;
 pub mod options;
 mod paper;
 pub mod partition;
 pub mod planner;
 mod portfolio;
-pub mod rebuild;
+pub(crate) mod rebuild;
 mod recomputes;
-pub mod release;
+pub(crate) mod release;
 pub mod select;
 mod spans;
-pub mod stab;
+pub(crate) mod stab;
 pub mod tflms;
 mod tflms_grid;
-pub mod trigger;
+pub(crate) mod trigger;

@@ -78,7 +78,7 @@ mod stream;
 #[cfg(test)]
 mod tests;
 
-pub use reads::{stream_items, Read, StreamItem};
+pub(crate) use reads::{stream_items, Read, StreamItem};
 
 use serde::{Deserialize, Serialize};
 
