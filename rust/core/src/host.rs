@@ -7,7 +7,7 @@
 //! frees the host tensor once its last reader, the last swap-in copy, has
 //! run. A swap with no swap-in holds its buffer to the end of the step.
 //! At one instant, buffers given back come before buffers taken (as on the
-//! device timeline of `simulate.rs`, where link events at one instant follow
+//! device timeline of `simulate/memory.rs`, where link events at one instant follow
 //! the frees of the items that ended then).
 //!
 //! # The model

@@ -19,8 +19,10 @@
 //!
 //! # Complexity
 //! Each greedy run O((S + R) log^2 N) for S swap and R recompute options;
-//! at most `2 * (max_rounds + RAISED_TARGETS)` greedy runs and as many
-//! simulations per loop. One index (`greedy::Index`) serves every run.
+//! at most `2 * (max_rounds + RAISED_TARGETS)` greedy runs per loop (with
+//! the queue check, then without it if that found no plan), each judged by
+//! one or two simulations (`round`). One index (`greedy::Index`) serves
+//! every run.
 
 use super::greedy::{choose_indexed, queued_out_ends, Chosen, Guide, Index, Pool};
 use super::links::place_swap_ins;

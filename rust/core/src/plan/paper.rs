@@ -6,8 +6,9 @@
 //! also starts it from the `swap` plan). In decreasing order of the bytes
 //! each forward unit makes the link carry, replace the swaps of the unit's
 //! tensors by the unit's recompute when the simulated step time drops and
-//! the budget holds. A recompute whose inputs are swapped or freed, or that
-//! would free a tensor another recompute reads, is skipped.
+//! the budget holds. A recompute is skipped when one of its inputs is
+//! swapped or freed by an earlier recompute, or when a tensor it frees is
+//! already freed or read by an earlier recompute.
 //!
 //! # The model
 //! The simulator decides each replacement. Units are tried one at a time
