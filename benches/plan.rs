@@ -50,9 +50,9 @@ use hybridplan_core::build::BuildOptions;
 use hybridplan_core::device::{preset, DeviceModel};
 use hybridplan_core::plan::options::Ctx;
 use hybridplan_core::plan::partition::partition;
-use hybridplan_core::plan::planner::{PlanOptions, Planner, Strategy, Verdict};
+use hybridplan_core::plan::planner::{PlanOptions, Planner, Strategy};
 use hybridplan_core::plan::Plan;
-use hybridplan_core::simulate::simulate;
+use hybridplan_core::simulate::{Detail, Simulator};
 use hybridplan_core::synth::{self, SynthKind, SynthSpec};
 use hybridplan_core::{analyze, Analysis};
 
@@ -184,14 +184,8 @@ fn bench_options(
     opts: &PlanOptions,
 ) {
     let (times, _) = op_times(&a.graph, dev, &[]).expect("op times");
-    let judge = |p: &Plan| -> hybridplan_core::Result<Verdict> {
-        let r = simulate(&a.graph, &a.schedule, &times, dev, p)?;
-        Ok(Verdict {
-            peak_bytes: r.peak_bytes,
-            step_time_s: r.step_time_s,
-            host_peak_bytes: hybridplan_core::host::host_memory(&a.graph, p, &r).peak_bytes,
-        })
-    };
+    let sim = std::cell::RefCell::new(Simulator::new(&a.graph, &a.schedule, &times, dev).unwrap());
+    let judge = |p: &Plan| sim.borrow_mut().run(p, Detail::Summary);
     group.bench_function("options", |b| {
         b.iter(|| {
             let ctx = Ctx::new(a, &times, dev);

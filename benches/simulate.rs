@@ -7,12 +7,24 @@ use std::hint::black_box;
 
 use criterion::{criterion_group, criterion_main, Criterion};
 use hybridplan_core::build::BuildOptions;
+use hybridplan_core::device::DeviceModel;
 use hybridplan_core::graph::{Graph, NodeFlags, Phase};
 use hybridplan_core::plan::{Plan, Recompute, Swap, SwapIn};
 use hybridplan_core::schedule::Schedule;
-use hybridplan_core::simulate::simulate;
+use hybridplan_core::simulate::{Detail, SimResult, Simulator};
 use hybridplan_core::synth::{blocks_for_nodes, graphdef, SynthKind, SynthSpec};
 use hybridplan_core::{analyze, cost, device, Analysis};
+
+/// One whole simulation: the layout of the graph, then the plan.
+fn simulate(
+    g: &Graph,
+    s: &Schedule,
+    costs: &[f64],
+    dev: &DeviceModel,
+    plan: &Plan,
+) -> hybridplan_core::Result<SimResult> {
+    Simulator::new(g, s, costs, dev)?.run(plan, Detail::FULL)
+}
 
 /// (after, trigger, backward consumers) of a forward tensor whose every
 /// other reader runs before its first backward reader.

@@ -7,9 +7,9 @@ use hybridplan_core::build::BuildOptions;
 use hybridplan_core::device::preset;
 use hybridplan_core::plan::greedy::{choose, Pool};
 use hybridplan_core::plan::options::Ctx;
-use hybridplan_core::plan::planner::{PlanOptions, Planner, Verdict};
+use hybridplan_core::plan::planner::{PlanOptions, Planner};
 use hybridplan_core::plan::Plan;
-use hybridplan_core::simulate::simulate;
+use hybridplan_core::simulate::{Detail, Simulator};
 
 fn main() {
     let args: Vec<String> = std::env::args().collect();
@@ -21,14 +21,8 @@ fn main() {
     let a = hybridplan_core::analyze(&bytes, &BuildOptions::default()).unwrap();
     let (times, _) = op_times(&a.graph, &dev, &[]).unwrap();
     let ctx = Ctx::new(&a, &times, &dev);
-    let judge = |p: &Plan| {
-        let r = simulate(&a.graph, &a.schedule, &times, &dev, p)?;
-        Ok(Verdict {
-            peak_bytes: r.peak_bytes,
-            step_time_s: r.step_time_s,
-            host_peak_bytes: hybridplan_core::host::host_memory(&a.graph, p, &r).peak_bytes,
-        })
-    };
+    let sim = std::cell::RefCell::new(Simulator::new(&a.graph, &a.schedule, &times, &dev).unwrap());
+    let judge = |p: &Plan| sim.borrow_mut().run(p, Detail::Summary);
     let opts = PlanOptions {
         strategy: strategy.parse().unwrap(),
         budget,
@@ -164,7 +158,7 @@ fn main() {
             opts
         );
     }
-    let ssim = simulate(&a.graph, &a.schedule, &times, &dev, &splan).unwrap();
+    let ssim = sim.borrow_mut().run(&splan, Detail::FULL).unwrap();
     println!(
         "swap-only greedy: chosen {} model peak {} sim peak {} at t={:.4} step {:.4}",
         sc.swaps.len(),
@@ -206,7 +200,7 @@ fn main() {
         .collect();
     println!("options covering the original peak: {covering:?}");
     let plan = planner.to_plan(&c);
-    let sim = simulate(&a.graph, &a.schedule, &times, &dev, &plan).unwrap();
+    let sim = sim.borrow_mut().run(&plan, Detail::FULL).unwrap();
     println!(
         "recompute-only greedy: chosen {} model peak {} sim peak {} at t={:.4}",
         c.recomputes.len(),

@@ -13,9 +13,9 @@ use crate::device::DeviceModel;
 use crate::error::{PlanError, Result};
 use crate::graph::Graph;
 use crate::plan::options::Ctx;
-use crate::plan::planner::{PlanOptions, Planned, Planner, Verdict};
+use crate::plan::planner::{PlanOptions, Planned, Planner};
 use crate::plan::Plan;
-use crate::simulate::{simulate_in, simulate_summary_in, Layout, Scratch, SimOptions, SimResult};
+use crate::simulate::{Detail, SimResult, Simulator};
 use crate::Analysis;
 
 /// Predicted figures of one step.
@@ -183,35 +183,17 @@ pub fn plan_analysis(
         });
     }
     let ctx = Ctx::new(a, &times, dev);
-    // One layout of the graph and one set of working arrays serve every
-    // simulation below.
-    let lay = Layout::new(&a.graph, &a.schedule, &times, dev)?;
-    let scratch = std::cell::RefCell::new(Scratch::default());
-    let full = |p: &Plan| {
-        simulate_in(
-            &lay,
-            dev,
-            p,
-            &SimOptions::default(),
-            &mut scratch.borrow_mut(),
-        )
-    };
+    // One simulator (one layout of the graph, one set of working arrays)
+    // serves every simulation below.
+    let sim = std::cell::RefCell::new(Simulator::new(&a.graph, &a.schedule, &times, dev)?);
+    let full = |p: &Plan| sim.borrow_mut().run(p, Detail::FULL);
     let original = full(&Plan::default())?;
-    let judge = |p: &Plan| -> Result<Verdict> {
+    let judge = |p: &Plan| -> Result<SimResult> {
         if p.swaps.is_empty() && p.recomputes.is_empty() {
             // The planner judges the empty plan first: already simulated.
-            return Ok(Verdict {
-                peak_bytes: original.peak_bytes,
-                step_time_s: original.step_time_s,
-                host_peak_bytes: 0,
-            });
+            return Ok(original.to_summary());
         }
-        let r = simulate_summary_in(&lay, dev, p, &mut scratch.borrow_mut())?;
-        Ok(Verdict {
-            peak_bytes: r.peak_bytes,
-            step_time_s: r.step_time_s,
-            host_peak_bytes: r.host_peak_bytes,
-        })
+        sim.borrow_mut().run(p, Detail::Summary)
     };
     let planner = Planner::new(&ctx, opts, &judge)?;
     let planned: Planned = planner.run()?;

@@ -442,7 +442,7 @@ fn einsum_flops(g: &Graph, v: u32, out: Option<u32>) -> f64 {
 ///
 /// # Complexity
 /// O(N + len(times)).
-pub fn with_profile(costs: &OpCosts, times: &[(u32, f64)]) -> Result<OpCosts> {
+pub(crate) fn with_profile(costs: &OpCosts, times: &[(u32, f64)]) -> Result<OpCosts> {
     let mut c = costs.clone();
     for &(v, t) in times {
         let Some(slot) = c.time_s.get_mut(v as usize) else {

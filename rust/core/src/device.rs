@@ -105,11 +105,11 @@ fn gpu_kernels() -> String {
 }
 
 /// Least rate (operations or bytes per second) a device model may give.
-pub const MIN_RATE: f64 = 1.0;
+pub(crate) const MIN_RATE: f64 = 1.0;
 /// Largest launch overhead or link latency, seconds.
-pub const MAX_TIME_S: f64 = 1e6;
+pub(crate) const MAX_TIME_S: f64 = 1e6;
 /// Least duplex factor.
-pub const MIN_DUPLEX: f64 = 0.01;
+pub(crate) const MIN_DUPLEX: f64 = 0.01;
 
 const GB: f64 = 1e9;
 const T: f64 = 1e12;
@@ -208,7 +208,7 @@ impl DeviceModel {
     /// Operations per second for ops computing in `dtype`: FP32 and
     /// complex64 use `flops_f32`; FP16, BF16 and FP8 `flops_f16`; FP64 and
     /// complex128 `flops_f64`; everything else `flops_int`.
-    pub fn flops_per_s(&self, dtype: DType) -> f64 {
+    pub(crate) fn flops_per_s(&self, dtype: DType) -> f64 {
         match dtype.0 {
             1 | 8 => self.flops_f32,
             14 | 19 | 24..=28 => self.flops_f16,
@@ -228,7 +228,7 @@ impl DeviceModel {
     /// # Errors
     /// [`PlanError::InvalidArgument`] naming the field, its value and the
     /// valid range.
-    pub fn validate(&self) -> Result<()> {
+    pub(crate) fn validate(&self) -> Result<()> {
         let rates = [
             ("flops_f32", self.flops_f32),
             ("flops_f16", self.flops_f16),
@@ -303,7 +303,7 @@ pub fn from_json(text: &str) -> Result<DeviceModel> {
 
 /// The required fields of a device model, in declaration order (the
 /// optional `kernels` follows them).
-pub const FIELDS: [&str; 12] = [
+pub(crate) const FIELDS: [&str; 12] = [
     "name",
     "flops_f32",
     "flops_f16",

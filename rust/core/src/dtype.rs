@@ -26,7 +26,7 @@ impl DType {
 
     /// Folds a raw protobuf enum value (which may be a `_REF` type) into a dtype.
     /// Unknown values give `None`.
-    pub fn from_proto(v: i64) -> Option<DType> {
+    pub(crate) fn from_proto(v: i64) -> Option<DType> {
         let v = if (101..=132).contains(&v) { v - 100 } else { v };
         if (1..=32).contains(&v) {
             Some(DType(v as u8))
@@ -115,7 +115,7 @@ impl DType {
     }
 
     /// True for floating-point types (used by the cost model).
-    pub fn is_float(self) -> bool {
+    pub(crate) fn is_float(self) -> bool {
         matches!(self.0, 1 | 2 | 14 | 19 | 24..=28)
     }
 }

@@ -93,7 +93,7 @@ fn fmt_budget(budget: u64, best_peak: u64, strategy: &str, persistent: u64) -> S
 }
 
 /// `N bytes (x.y MiB)`, or `N bytes` below 1 KiB.
-pub fn bytes_and_units(n: u64) -> String {
+pub(crate) fn bytes_and_units(n: u64) -> String {
     if n < 1024 {
         format!("{n} bytes")
     } else {
@@ -102,7 +102,7 @@ pub fn bytes_and_units(n: u64) -> String {
 }
 
 /// A byte count in binary units with one decimal (`1.5 GiB`), or `N B` below 1 KiB.
-pub fn human_bytes(n: u64) -> String {
+pub(crate) fn human_bytes(n: u64) -> String {
     const UNITS: [&str; 6] = ["KiB", "MiB", "GiB", "TiB", "PiB", "EiB"];
     if n < 1024 {
         return format!("{n} B");

@@ -22,7 +22,7 @@ use crate::error::{PlanError, Result};
 use crate::graph::{Graph, NodeFlags, Phase, NONE};
 use crate::plan::candidates::swap_candidates;
 use crate::plan::Plan;
-use crate::simulate::{simulate, SimResult};
+use crate::simulate::{Detail, SimResult, Simulator};
 use crate::Analysis;
 
 /// One op of the exported problem.
@@ -183,7 +183,7 @@ pub struct Evaluated {
 ///
 /// # Errors
 /// [`PlanError::InvalidArgument`] for an invalid device, profile or plan
-/// (see [`crate::simulate::simulate`]).
+/// (see [`crate::simulate::Simulator::run`]).
 ///
 /// # Complexity
 /// Two simulations.
@@ -198,8 +198,9 @@ pub fn evaluate(
     dev.validate()?;
     let g = &a.graph;
     let (times, unknown_ops) = op_times(g, dev, profile)?;
-    let original = simulate(g, &a.schedule, &times, dev, &Plan::default())?;
-    let planned = simulate(g, &a.schedule, &times, dev, plan)?;
+    let mut sim = Simulator::new(g, &a.schedule, &times, dev)?;
+    let original = sim.run(&Plan::default(), Detail::FULL)?;
+    let planned = sim.run(plan, Detail::FULL)?;
     let (swaps, recomputes) = decisions(g, plan, &times);
     let report = PlanReport {
         strategy_requested: strategy.into(),

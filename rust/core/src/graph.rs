@@ -48,19 +48,19 @@ pub struct NodeFlags(pub u8);
 impl NodeFlags {
     /// Holds persistent state: a variable handle (resource placeholder,
     /// `VarHandleOp`). Its value's bytes count as persistent.
-    pub const VARIABLE: u8 = 1;
+    pub(crate) const VARIABLE: u8 = 1;
     /// Must never be cloned: stateful, random, reads a variable, has side
     /// effects, collective, or control flow. See `build::never_recompute`.
     pub const NO_RECOMPUTE: u8 = 2;
     /// Calls a function or is control flow (`While`, `If`, `PartitionedCall`...).
-    pub const CALLS_FUNCTION: u8 = 4;
+    pub(crate) const CALLS_FUNCTION: u8 = 4;
     /// Writes a variable (takes a resource handle, returns nothing).
-    pub const WRITES_VARIABLE: u8 = 8;
+    pub(crate) const WRITES_VARIABLE: u8 = 8;
     /// Has no inputs at all (placeholder, constant, variable handle).
     pub const SOURCE: u8 = 16;
     /// Its schedule position says nothing about when TensorFlow runs it:
     /// ready when the step starts, or dead (`untimed.rs`). Never a trigger.
-    pub const UNTIMED: u8 = 32;
+    pub(crate) const UNTIMED: u8 = 32;
 
     pub fn has(self, f: u8) -> bool {
         self.0 & f != 0
@@ -357,7 +357,7 @@ impl Graph {
     }
 
     /// The name of node `n`.
-    pub fn node_name(&self, n: u32) -> &str {
+    pub(crate) fn node_name(&self, n: u32) -> &str {
         &self.nodes[n as usize].name
     }
 
@@ -377,7 +377,7 @@ impl Graph {
         &self.ctl_src[self.ctl_off[n as usize] as usize..self.ctl_off[n as usize + 1] as usize]
     }
 
-    pub fn control_outputs(&self, n: u32) -> &[u32] {
+    pub(crate) fn control_outputs(&self, n: u32) -> &[u32] {
         &self.ctl_dst
             [self.ctl_dst_off[n as usize] as usize..self.ctl_dst_off[n as usize + 1] as usize]
     }
@@ -388,7 +388,7 @@ impl Graph {
 
     /// The data consumers of all outputs of node `n`, once per edge: one
     /// run of `cons_node`, as the outputs are consecutive tensors.
-    pub fn data_consumers(&self, n: u32) -> &[u32] {
+    pub(crate) fn data_consumers(&self, n: u32) -> &[u32] {
         let (lo, hi) = (self.out_off[n as usize], self.out_off[n as usize + 1]);
         &self.cons_node[self.cons_off[lo as usize] as usize..self.cons_off[hi as usize] as usize]
     }
@@ -409,7 +409,7 @@ impl Graph {
     }
 
     /// Number of elements of a tensor.
-    pub fn elements(&self, t: u32) -> u64 {
+    pub(crate) fn elements(&self, t: u32) -> u64 {
         self.shape(t)
             .iter()
             .fold(1u64, |a, &d| a.saturating_mul(d.max(0) as u64))

@@ -7,7 +7,7 @@
 //! frees the host tensor once its last reader, the last swap-in copy, has
 //! run. A swap with no swap-in holds its buffer to the end of the step.
 //! At one instant, buffers given back come before buffers taken (as on the
-//! device timeline of `simulate.rs`, where link events at one instant follow
+//! device timeline of `simulate/memory.rs`, where link events at one instant follow
 //! the frees of the items that ended then).
 //!
 //! # The model
@@ -62,7 +62,7 @@ pub struct HostMemory {
 ///
 /// # Complexity
 /// O(S + I) for S swaps and I swap-ins.
-pub fn host_buffers(g: &Graph, plan: &Plan, sim: &SimResult) -> Vec<HostBuffer> {
+pub(crate) fn host_buffers(g: &Graph, plan: &Plan, sim: &SimResult) -> Vec<HostBuffer> {
     let mut k = 0usize;
     plan.swaps
         .iter()
@@ -92,7 +92,7 @@ pub(crate) fn last_end(ends: &[f64], otherwise: f64) -> f64 {
 ///
 /// # Complexity
 /// O(S log S).
-pub fn host_memory(g: &Graph, plan: &Plan, sim: &SimResult) -> HostMemory {
+pub(crate) fn host_memory(g: &Graph, plan: &Plan, sim: &SimResult) -> HostMemory {
     host_timeline(&host_buffers(g, plan, sim))
 }
 
@@ -142,7 +142,7 @@ pub fn host_timeline(bufs: &[HostBuffer]) -> HostMemory {
 ///
 /// # Complexity
 /// O(S log S).
-pub fn host_peak(bufs: &[HostBuffer]) -> u64 {
+pub(crate) fn host_peak(bufs: &[HostBuffer]) -> u64 {
     host_timeline(bufs).peak_bytes
 }
 

@@ -46,7 +46,7 @@ pub use crate::opkind::Forward;
 /// all none for a graph built with
 /// [`crate::build::BuildOptions::separate_buffers`]): decided once per
 /// graph, read per node.
-pub fn table(g: &Graph) -> Vec<u8> {
+pub(crate) fn table(g: &Graph) -> Vec<u8> {
     g.ops
         .iter()
         .map(|op| match g.separate_buffers {
@@ -58,7 +58,7 @@ pub fn table(g: &Graph) -> Vec<u8> {
 
 /// The forwarding of node `v` from a [`table`], with the output tensor it
 /// writes in place: `None` if the op never forwards or lacks that output.
-pub fn of_node(g: &Graph, table: &[u8], v: u32) -> Option<(Forward, u32)> {
+pub(crate) fn of_node(g: &Graph, table: &[u8], v: u32) -> Option<(Forward, u32)> {
     let f = Forward::from_code(table[g.nodes[v as usize].op as usize])?;
     let outs = g.outputs(v);
     let out = outs.start + f.output();
@@ -68,7 +68,7 @@ pub fn of_node(g: &Graph, table: &[u8], v: u32) -> Option<(Forward, u32)> {
 /// Is the buffer made by node `v` held for the whole step by someone else
 /// (a source op's: the caller's feed; a constant's: its kernel), so that
 /// nothing is ever written into it?
-pub fn pinned(g: &Graph, v: u32) -> bool {
+pub(crate) fn pinned(g: &Graph, v: u32) -> bool {
     g.nodes[v as usize].flags.has(NodeFlags::SOURCE) || crate::opkind::is_constant(g.op_name(v))
 }
 

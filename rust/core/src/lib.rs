@@ -15,7 +15,7 @@
 //! | liveness | [`liveness`], [`inplace`], [`workspace`] | live intervals, memory timeline, peak; outputs written into their input's buffer; the kernels' scratch |
 //! | device | [`device`] | device and host-link models, named presets |
 //! | cost | [`cost`] | op times: roofline from FLOPs and bytes, or a measured profile |
-//! | simulate | [`simulate`] | compute + D2H + H2D streams: step time, stall, peak, timeline |
+//! | simulate | [`simulate`] | compute + D2H + H2D streams: step time, stall, peak, timeline ([`simulate::Simulator::run`], at a [`simulate::Detail`]) |
 //! | plan | [`plan`] | candidates, units, options, the greedy, TFLMS, the strategies ([`plan::planner`]) |
 //! | all of it | [`api`] | bytes -> analysis -> plan -> simulated report, in one call |
 //! | export | [`export`] | the problem as plain data for exact solvers; an outside plan judged |
@@ -60,7 +60,7 @@ pub mod schedule;
 pub mod simulate;
 #[cfg(feature = "testing")]
 pub mod synth;
-pub mod untimed;
+pub(crate) mod untimed;
 pub(crate) mod wire;
 pub mod workspace;
 

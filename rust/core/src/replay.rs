@@ -42,7 +42,7 @@ use crate::device::DeviceModel;
 use crate::error::{PlanError, Result};
 use crate::graph::{Graph, NONE};
 use crate::plan::{Plan, Recompute, Swap, SwapIn};
-use crate::simulate::{simulate_with, stream_items, EventKind, Read, SimOptions};
+use crate::simulate::{stream_items, Detail, EventKind, Read, Simulator};
 use crate::Analysis;
 
 /// The version of the replay format this core writes and reads.
@@ -217,7 +217,7 @@ struct ReportPlan {
 ///
 /// # Errors
 /// [`PlanError::InvalidArgument`] for an invalid device, profile or plan (as
-/// [`crate::simulate::simulate`]).
+/// [`crate::simulate::Simulator::run`]).
 ///
 /// # Complexity
 /// See the module docs.
@@ -232,10 +232,10 @@ pub fn replay(
     dev.validate()?;
     let g = &a.graph;
     let (times, _) = op_times(g, dev, profile)?;
-    let opts = SimOptions {
+    let every = Detail::Full {
         max_events: usize::MAX,
     };
-    let sim = simulate_with(g, &a.schedule, &times, dev, plan, &opts)?;
+    let sim = Simulator::new(g, &a.schedule, &times, dev)?.run(plan, every)?;
     let items = stream_items(g, &a.schedule, plan)?;
     let table = crate::inplace::table(g);
     let mut ops: Vec<ReplayOp> = items

@@ -32,7 +32,7 @@ use crate::graph::{Graph, NodeFlags};
 
 /// Sets [`NodeFlags::UNTIMED`] on the untimed dead nodes (see the module
 /// documentation); needs `g.loss` and the node flags set.
-pub fn mark(g: &mut Graph) {
+pub(crate) fn mark(g: &mut Graph) {
     let live = live(g);
     let source = |p: u32| g.nodes[p as usize].flags.has(NodeFlags::SOURCE);
     let untimed: Vec<u32> = (0..g.num_nodes() as u32)

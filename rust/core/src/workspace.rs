@@ -471,14 +471,9 @@ mod tests {
         // The simulator's empty plan sees the same peak.
         let dev = crate::device::preset("cpu").unwrap();
         let costs = vec![1e-6; a.graph.num_nodes()];
-        let r = crate::simulate::simulate(
-            &a.graph,
-            &a.schedule,
-            &costs,
-            &dev,
-            &crate::plan::Plan::default(),
-        )
-        .unwrap();
+        let r = crate::simulate::Simulator::new(&a.graph, &a.schedule, &costs, &dev)
+            .and_then(|mut s| s.run(&Default::default(), crate::simulate::Detail::FULL))
+            .unwrap();
         assert_eq!(r.peak_bytes, a.liveness.peak_bytes);
     }
 

@@ -9,6 +9,7 @@ use hybridplan_core::device::{preset, DeviceModel};
 use hybridplan_core::graph::Phase;
 use hybridplan_core::plan::planner::{PlanOptions, Strategy};
 use hybridplan_core::plan::tflms::TflmsParams;
+use hybridplan_core::simulate::{Detail, Simulator};
 use hybridplan_core::synth::{graphdef, SynthKind, SynthSpec};
 use hybridplan_core::{analyze, Analysis, PlanError};
 use proptest::prelude::*;
@@ -276,7 +277,8 @@ fn release_nodes_cost_nothing_in_the_simulation_that_chose_them() {
             s.release = hybridplan_core::graph::NONE;
         }
         let (times, _) = hybridplan_core::api::op_times(&a.graph, &dev, &[]).unwrap();
-        let r = hybridplan_core::simulate::simulate(&a.graph, &a.schedule, &times, &dev, &bare)
+        let r = Simulator::new(&a.graph, &a.schedule, &times, &dev)
+            .and_then(|mut s| s.run(&bare, Detail::Summary))
             .unwrap();
         assert_eq!(r.peak_bytes, o.planned.peak_bytes);
         assert_eq!(r.step_time_s, o.planned.step_time_s);
@@ -305,23 +307,17 @@ fn transformer(blocks: usize, batch: i64, size: i64, channels: i64) -> Analysis 
 fn a_recompute_frees_a_buffer_read_late_through_an_alias() {
     use hybridplan_core::api::op_times;
     use hybridplan_core::plan::options::Ctx;
-    use hybridplan_core::plan::planner::{Planner, Verdict};
+    use hybridplan_core::plan::planner::Planner;
     use hybridplan_core::plan::{Plan, Recompute};
-    use hybridplan_core::simulate::simulate;
+    use std::cell::RefCell;
 
     let a = transformer(2, 2, 32, 32);
     let (g, l) = (&a.graph, &a.liveness);
     let dev = preset("h100-pcie5").unwrap();
     let (times, _) = op_times(g, &dev, &[]).unwrap();
     let ctx = Ctx::new(&a, &times, &dev);
-    let judge = |p: &Plan| {
-        let r = simulate(g, &a.schedule, &times, &dev, p)?;
-        Ok(Verdict {
-            peak_bytes: r.peak_bytes,
-            step_time_s: r.step_time_s,
-            host_peak_bytes: hybridplan_core::host::host_memory(&a.graph, p, &r).peak_bytes,
-        })
-    };
+    let sim = RefCell::new(Simulator::new(g, &a.schedule, &times, &dev).unwrap());
+    let judge = |p: &Plan| sim.borrow_mut().run(p, Detail::Summary);
     let opts = PlanOptions {
         min_bytes: 1024,
         ..PlanOptions::default()

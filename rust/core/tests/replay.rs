@@ -8,7 +8,7 @@ use hybridplan_core::device::{preset, DeviceModel};
 use hybridplan_core::plan::planner::{PlanOptions, Strategy};
 use hybridplan_core::plan::Plan;
 use hybridplan_core::replay::{self, Replay, ReplayRead, VERSION};
-use hybridplan_core::simulate::{simulate_with, EventKind, SimOptions};
+use hybridplan_core::simulate::{Detail, EventKind, Simulator};
 use hybridplan_core::synth::{graphdef, SynthKind, SynthSpec};
 use hybridplan_core::{analyze, Analysis};
 
@@ -68,10 +68,12 @@ fn replays_follow_the_simulator_event_for_event() {
         for s in [Strategy::Swap, Strategy::Recompute, Strategy::Hybrid] {
             let (r, _, plan) = replay_of(&a, &dev, s);
             let (times, _) = hybridplan_core::api::op_times(&a.graph, &dev, &[]).unwrap();
-            let opts = SimOptions {
+            let every = Detail::Full {
                 max_events: usize::MAX,
             };
-            let sim = simulate_with(&a.graph, &a.schedule, &times, &dev, &plan, &opts).unwrap();
+            let sim = Simulator::new(&a.graph, &a.schedule, &times, &dev)
+                .and_then(|mut s| s.run(&plan, every))
+                .unwrap();
             // Same op order and predicted times as the simulator's compute stream.
             let compute: Vec<_> = sim
                 .events

@@ -6,7 +6,7 @@ use hybridplan_core::device::{preset, DeviceModel};
 use hybridplan_core::dtype::DType;
 use hybridplan_core::graph::{Graph, Phase};
 use hybridplan_core::plan::{Plan, Recompute, Swap, SwapIn};
-use hybridplan_core::simulate::{simulate, simulate_with, EventKind, SimOptions, SimResult};
+use hybridplan_core::simulate::{Detail, EventKind, SimResult, Simulator};
 use hybridplan_core::{analyze, analyze_graph, cost, synth, Analysis, PlanError};
 
 const SMALL_CNN: &[u8] = include_bytes!("fixtures/small_cnn.pb");
@@ -52,6 +52,17 @@ fn id(a: &Analysis, name: &str) -> u32 {
 
 fn out(a: &Analysis, name: &str) -> u32 {
     a.graph.outputs(id(a, name)).start
+}
+
+/// One full simulation of `plan` (the simulator's one entry point).
+fn simulate(
+    g: &hybridplan_core::graph::Graph,
+    s: &hybridplan_core::schedule::Schedule,
+    costs: &[f64],
+    dev: &DeviceModel,
+    plan: &Plan,
+) -> hybridplan_core::Result<SimResult> {
+    Simulator::new(g, s, costs, dev)?.run(plan, Detail::FULL)
 }
 
 fn run(a: &Analysis, costs: &[f64], dev: &DeviceModel, plan: &Plan) -> SimResult {
@@ -441,8 +452,9 @@ fn a_generated_plan_on_synthetic_graphs_is_valid_deterministic_and_smaller() {
         let none = run(&a, &costs, &dev, &Plan::default());
         assert!(r.recompute_time_s > 0.0 && r.bytes_h2d > 0);
         assert!(r.step_time_s >= none.step_time_s);
-        let few = SimOptions { max_events: 10 };
-        let r = simulate_with(&a.graph, &a.schedule, &costs, &dev, &plan, &few).unwrap();
+        let few = Detail::Full { max_events: 10 };
+        let mut sim = Simulator::new(&a.graph, &a.schedule, &costs, &dev).unwrap();
+        let r = sim.run(&plan, few).unwrap();
         assert!(r.events.len() == 10 && r.events_truncated);
     }
 }

@@ -192,7 +192,7 @@ fn dedup(r: &[(u32, u32, u32, u32)]) -> std::borrow::Cow<'_, [(u32, u32, u32, u3
 
 /// Start time of every position and the step's end: `start[p]` is when the
 /// op at position `p` starts if ops run back to back; `start[N]` the end.
-pub fn start_times(s: &Schedule, op_time: &[f64]) -> Vec<f64> {
+pub(crate) fn start_times(s: &Schedule, op_time: &[f64]) -> Vec<f64> {
     let mut out = Vec::with_capacity(s.order.len() + 1);
     let mut acc = 0.0;
     out.push(0.0);
@@ -204,6 +204,6 @@ pub fn start_times(s: &Schedule, op_time: &[f64]) -> Vec<f64> {
 }
 
 /// The first position whose start time is at or after `t` (N if none).
-pub fn position_at(start: &[f64], t: f64) -> u32 {
+pub(crate) fn position_at(start: &[f64], t: f64) -> u32 {
     start.partition_point(|&x| x < t).min(start.len() - 1) as u32
 }

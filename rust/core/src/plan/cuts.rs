@@ -42,13 +42,13 @@ use crate::schedule::Schedule;
 
 /// Segments between kept cuts, and the tensor crossing each kept cut.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Cuts {
+pub(crate) struct Cuts {
     pub segments: Vec<Vec<u32>>,
     pub boundary: Vec<u32>,
 }
 
 /// Finds the forward pass's cuts and segments.
-pub fn cut_segments(g: &Graph, s: &Schedule, l: &Liveness, min_bytes: u64) -> Cuts {
+pub(crate) fn cut_segments(g: &Graph, s: &Schedule, l: &Liveness, min_bytes: u64) -> Cuts {
     let fwd: Vec<u32> = s
         .order
         .iter()
@@ -162,7 +162,7 @@ fn checkpoint_ops(g: &Graph) -> Vec<bool> {
 /// Chen's spacing: segments grouped `ceil(sqrt(M))` at a time, so about
 /// sqrt(M) checkpoints are kept and each recompute spans about sqrt(M)
 /// segments. Returns the spans as (first segment, one past the last).
-pub fn sqrt_spans(num_segments: usize) -> Vec<(usize, usize)> {
+pub(crate) fn sqrt_spans(num_segments: usize) -> Vec<(usize, usize)> {
     if num_segments == 0 {
         return Vec::new();
     }

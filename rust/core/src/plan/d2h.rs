@@ -27,7 +27,7 @@ use super::memtree::tree_size;
 const NO_JOB: f64 = -1e300;
 
 /// The swap-outs chosen so far, by producer position.
-pub struct D2hQueue {
+pub(crate) struct D2hQueue {
     len: usize,
     /// Range-add / range-max tree of `r_j - P(p_j - 1)` (NO_JOB: none).
     max: Vec<f64>,
@@ -38,7 +38,7 @@ pub struct D2hQueue {
 
 impl D2hQueue {
     /// An empty queue over `len` schedule positions.
-    pub fn new(len: usize) -> Self {
+    pub(crate) fn new(len: usize) -> Self {
         let len = len.max(1);
         D2hQueue {
             len,
@@ -50,14 +50,14 @@ impl D2hQueue {
 
     /// When a swap-out at position `p`, ready at `ready`, taking `d`, would
     /// end behind the jobs at positions `<= p`.
-    pub fn end_if_added(&self, p: usize, ready: f64, d: f64) -> f64 {
+    pub(crate) fn end_if_added(&self, p: usize, ready: f64, d: f64) -> f64 {
         let p = p.min(self.len - 1);
         let free = self.range_max(1, 0, self.len - 1, p) + self.prefix(p);
         ready.max(free) + d
     }
 
     /// Adds a swap-out at position `p`, ready at `ready`, taking `d`.
-    pub fn add(&mut self, p: usize, ready: f64, d: f64) {
+    pub(crate) fn add(&mut self, p: usize, ready: f64, d: f64) {
         let p = p.min(self.len - 1);
         let v = ready - if p == 0 { 0.0 } else { self.prefix(p - 1) };
         self.raise(1, 0, self.len - 1, p, v);

@@ -35,7 +35,7 @@ pub struct Feed {
 /// How a recompute triggered at `at`, cloning `clones`, reads tensor `x`
 /// swapped by `o`: the feed and the swap-in's trigger position (moved
 /// earlier where needed). `None`: it cannot.
-pub fn plan_feed(
+pub(crate) fn plan_feed(
     ctx: &Ctx<'_>,
     c: &SwapCandidate,
     o: &SwapOpt,

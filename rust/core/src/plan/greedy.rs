@@ -82,7 +82,7 @@ struct State<'f> {
 
 /// How the greedy treats the device-to-host queue.
 #[derive(Debug, Clone, Copy, Default)]
-pub struct Guide<'f> {
+pub(crate) struct Guide<'f> {
     /// Per candidate: its swap-out ends no earlier than this (seconds, or
     /// empty): the budget loop passes the ends the engine's queue gave the
     /// previous round's plan.
@@ -137,7 +137,7 @@ fn pool_id(ns: usize, pool: &Pool<'_>, id: u32) -> Option<usize> {
 }
 
 /// [`choose`], guided by `guide`.
-pub fn choose_with(
+pub(crate) fn choose_with(
     ctx: &Ctx<'_>,
     pool: &Pool<'_>,
     target: u64,
@@ -154,7 +154,7 @@ pub fn choose_with(
 /// choices are the same as on an index of `pool` alone, as every entry
 /// keeps its tree nodes and its order, ties going to the lower id). The
 /// entries are restored first, so one index serves any number of runs.
-pub fn choose_indexed(
+pub(crate) fn choose_indexed(
     ctx: &Ctx<'_>,
     pool: &Pool<'_>,
     ix: &mut Index,
@@ -384,7 +384,11 @@ fn apply_swap(ctx: &Ctx<'_>, st: &mut State, o: &SwapOpt, t: u32, c: &SwapCandid
 ///
 /// # Complexity
 /// O(S log S + C).
-pub fn queued_out_ends(ctx: &Ctx<'_>, cands: &[SwapCandidate], swaps: &[SwapOpt]) -> Vec<f64> {
+pub(crate) fn queued_out_ends(
+    ctx: &Ctx<'_>,
+    cands: &[SwapCandidate],
+    swaps: &[SwapOpt],
+) -> Vec<f64> {
     let mut order: Vec<usize> = (0..swaps.len()).collect();
     order.sort_by_key(|&i| (cands[swaps[i].cand].produce, swaps[i].cand));
     let mut out = vec![0.0; cands.len()];

@@ -21,7 +21,7 @@ use super::options::{Ctx, SwapOpt};
 use super::trigger::safe_trigger;
 
 /// Moves the triggers of `swaps` earlier where the engine would queue them.
-pub fn place_swap_ins(ctx: &Ctx<'_>, cands: &[SwapCandidate], swaps: &mut [SwapOpt]) {
+pub(crate) fn place_swap_ins(ctx: &Ctx<'_>, cands: &[SwapCandidate], swaps: &mut [SwapOpt]) {
     // (deadline, swap, swap-in) for every swap-in, latest deadline first.
     let mut all: Vec<(f64, usize, usize)> = Vec::new();
     for (i, o) in swaps.iter().enumerate() {

@@ -19,7 +19,7 @@ pub(crate) fn tree_size(len: usize) -> usize {
 
 /// Range-add / range-max over `len` positions of signed byte counts.
 #[derive(Debug, Clone)]
-pub struct MemTree {
+pub(crate) struct MemTree {
     len: usize,
     /// Leaves of the tree: `len.next_power_of_two()`.
     leaves: usize,
@@ -29,7 +29,7 @@ pub struct MemTree {
 
 impl MemTree {
     /// Builds the tree over initial values.
-    pub fn new(values: &[i64]) -> Self {
+    pub(crate) fn new(values: &[i64]) -> Self {
         let len = values.len().max(1);
         let leaves = len.next_power_of_two();
         let mut max = vec![i64::MIN; tree_size(len)];
@@ -49,7 +49,7 @@ impl MemTree {
     }
 
     /// Adds `delta` to every position in `lo..=hi` (clamped; empty if lo > hi).
-    pub fn add(&mut self, lo: usize, hi: usize, delta: i64) {
+    pub(crate) fn add(&mut self, lo: usize, hi: usize, delta: i64) {
         let hi = hi.min(self.len - 1);
         if lo > hi || delta == 0 {
             return;
@@ -73,7 +73,7 @@ impl MemTree {
     }
 
     /// The maximum over all positions and the first position reaching it.
-    pub fn argmax(&self) -> (usize, i64) {
+    pub(crate) fn argmax(&self) -> (usize, i64) {
         let (mut node, mut lo, mut hi) = (1usize, 0usize, self.leaves - 1);
         let best = self.max[1];
         let mut acc = 0i64;
@@ -91,8 +91,9 @@ impl MemTree {
         (lo, best)
     }
 
-    /// The maximum over `lo..=hi`.
-    pub fn range_max(&self, lo: usize, hi: usize) -> i64 {
+    /// The maximum over `lo..=hi` (the tests' check of `argmax`).
+    #[cfg(test)]
+    pub(crate) fn range_max(&self, lo: usize, hi: usize) -> i64 {
         let hi = hi.min(self.len - 1);
         if lo > hi {
             return i64::MIN / 4;
@@ -100,6 +101,7 @@ impl MemTree {
         self.max_rec(1, 0, self.leaves - 1, lo, hi)
     }
 
+    #[cfg(test)]
     fn max_rec(&self, node: usize, nlo: usize, nhi: usize, lo: usize, hi: usize) -> i64 {
         if hi < nlo || nhi < lo {
             return i64::MIN / 4;

@@ -89,18 +89,24 @@ impl Plan {
 }
 
 pub mod candidates;
-pub mod cuts;
-pub mod d2h;
+pub(crate) mod cuts;
+pub(crate) mod d2h;
 pub mod feed;
+mod fit;
 pub mod greedy;
-pub mod links;
-pub mod memtree;
+pub(crate) mod links;
+pub(crate) mod memtree;
 pub mod options;
+mod paper;
 pub mod partition;
 pub mod planner;
-pub mod rebuild;
-pub mod release;
+mod portfolio;
+pub(crate) mod rebuild;
+mod recomputes;
+pub(crate) mod release;
 pub mod select;
-pub mod stab;
+mod spans;
+pub(crate) mod stab;
 pub mod tflms;
-pub mod trigger;
+mod tflms_grid;
+pub(crate) mod trigger;

@@ -123,7 +123,7 @@ impl SwapOpt {
 /// across the gap is worth (the same idea as TFLMS's `groupby`). With
 /// `split_all`, at every gap between late reads (one more option for the
 /// greedy, for peaks that fall between two late reads).
-pub fn swap_option(
+pub(crate) fn swap_option(
     ctx: &Ctx<'_>,
     cand: usize,
     c: &SwapCandidate,

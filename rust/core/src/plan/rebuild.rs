@@ -30,14 +30,18 @@ use super::options::Ctx;
 use crate::graph::{NodeFlags, Phase};
 
 /// Most ops in one rebuilt unit.
-pub const MAX_OPS: usize = 4;
+pub(crate) const MAX_OPS: usize = 4;
 
 /// The units (node lists in schedule order) rebuilding backward candidates
 /// from inputs below `min_bytes`, in schedule order of their last ops.
 /// Candidates are taken latest producer first, and one whose producer is
 /// already in a unit gets none: that unit's options free its tensor too
 /// (`options.rs` frees every candidate among a unit's outputs).
-pub fn small_input_units(ctx: &Ctx<'_>, cands: &[SwapCandidate], min_bytes: u64) -> Vec<Vec<u32>> {
+pub(crate) fn small_input_units(
+    ctx: &Ctx<'_>,
+    cands: &[SwapCandidate],
+    min_bytes: u64,
+) -> Vec<Vec<u32>> {
     let g = ctx.g;
     let mut roots: Vec<(u32, u32)> = (cands.iter())
         .filter(|c| c.tensor == c.owner)

@@ -56,14 +56,14 @@ use crate::schedule::Schedule;
 use crate::simulate::SimResult;
 
 /// Most ops walked past the first position in time.
-pub const MAX_WALK: usize = 256;
+pub(crate) const MAX_WALK: usize = 256;
 
 /// Most ops visited looking for what a swap-in's readers wait for.
-pub const MAX_VISIT: usize = 1 << 16;
+pub(crate) const MAX_VISIT: usize = 1 << 16;
 
 /// Sets `release` and `gate` of every swap of `plan` from `sim`, its
 /// simulation.
-pub fn set_releases(g: &Graph, s: &Schedule, plan: &mut Plan, sim: &SimResult) {
+pub(crate) fn set_releases(g: &Graph, s: &Schedule, plan: &mut Plan, sim: &SimResult) {
     let n = s.order.len();
     if plan.swaps.is_empty() {
         return;

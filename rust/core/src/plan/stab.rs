@@ -21,7 +21,7 @@ use super::memtree::tree_size;
 /// Intervals `[lo, hi]` over `0..len`, each with a score (higher is better).
 /// The canonical segment-tree nodes of each interval hold its id; each
 /// node's ids are stored contiguously (CSR), best first.
-pub struct Stab {
+pub(crate) struct Stab {
     len: usize,
     /// Leaves of the tree: `len.next_power_of_two()`.
     leaves: usize,
@@ -33,7 +33,7 @@ pub struct Stab {
 impl Stab {
     /// `intervals` holds `(id, lo, hi)`: an option may have several
     /// intervals; `score[id]` ranks options (ties: lower id).
-    pub fn new(len: usize, intervals: &[(u32, u32, u32)], score: &[f64]) -> Self {
+    pub(crate) fn new(len: usize, intervals: &[(u32, u32, u32)], score: &[f64]) -> Self {
         let len = len.max(1);
         let leaves = len.next_power_of_two();
         // Clamped to the positions, best first (ties: lower id; one
@@ -73,7 +73,7 @@ impl Stab {
 
     /// Every entry back, as built (for another greedy run on the same
     /// options).
-    pub fn reset(&mut self) {
+    pub(crate) fn reset(&mut self) {
         let n = self.cursor.len();
         self.cursor.copy_from_slice(&self.off[..n]);
     }
@@ -81,7 +81,7 @@ impl Stab {
     /// The best option covering `p` for which `valid` holds. Options found
     /// invalid are dropped for good, so `valid` must be monotone (once
     /// false, always false).
-    pub fn best(
+    pub(crate) fn best(
         &mut self,
         p: usize,
         score: &[f64],

@@ -42,11 +42,11 @@ use crate::opkind::{add_group_root, regrouped_with};
 use crate::schedule::Schedule;
 
 /// Most positions walked back from the ideal trigger.
-pub const MAX_WALK: u32 = 256;
+pub(crate) const MAX_WALK: u32 = 256;
 
 /// The latest position in `lowest..=ideal` whose op may trigger for
 /// `consumers`, or `None`.
-pub fn safe_trigger(
+pub(crate) fn safe_trigger(
     g: &Graph,
     s: &Schedule,
     ideal: u32,
@@ -60,7 +60,7 @@ pub fn safe_trigger(
 }
 
 /// [`safe_trigger`] for consumers already sorted, without duplicates.
-pub fn safe_trigger_sorted(
+pub(crate) fn safe_trigger_sorted(
     g: &Graph,
     s: &Schedule,
     ideal: u32,

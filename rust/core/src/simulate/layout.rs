@@ -22,7 +22,7 @@ use crate::graph::{Graph, NONE};
 use crate::schedule::Schedule;
 
 /// The static part of a simulation: the graph in schedule order.
-pub struct Layout<'a> {
+pub(crate) struct Layout<'a> {
     pub(super) g: &'a Graph,
     pub(super) s: &'a Schedule,
     pub(super) costs: &'a [f64],
@@ -61,8 +61,8 @@ impl<'a> Layout<'a> {
     ///
     /// # Errors
     /// [`crate::PlanError::InvalidArgument`] when `costs` or `s` do not fit
-    /// `g` or the device model is invalid (as [`super::simulate`]).
-    pub fn new(
+    /// `g` or the device model is invalid (as [`super::Simulator::new`]).
+    pub(crate) fn new(
         g: &'a Graph,
         s: &'a Schedule,
         costs: &'a [f64],

@@ -26,7 +26,7 @@ use super::Scratch;
 
 /// Where one data input of a stream item is read from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Read {
+pub(crate) enum Read {
     /// The original tensor, on the device since its producer ran.
     Original { tensor: u32 },
     /// Swap-in `index` of `plan.swaps[swap]`: the copy brought back.
@@ -40,20 +40,9 @@ pub enum Read {
     },
 }
 
-impl Read {
-    /// The tensor read (the original's id, whatever serves it).
-    pub fn tensor(self) -> u32 {
-        match self {
-            Read::Original { tensor }
-            | Read::SwapIn { tensor, .. }
-            | Read::Clone { tensor, .. } => tensor,
-        }
-    }
-}
-
 /// One item of the compute stream.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct StreamItem {
+pub(crate) struct StreamItem {
     /// The node run (for a clone: the original node cloned).
     pub node: u32,
     /// `(recompute, index in its nodes)` for a clone, `None` for an original.
@@ -70,7 +59,7 @@ pub struct StreamItem {
 ///
 /// # Complexity
 /// See the module docs.
-pub fn stream_items(g: &Graph, s: &Schedule, plan: &Plan) -> Result<Vec<StreamItem>> {
+pub(crate) fn stream_items(g: &Graph, s: &Schedule, plan: &Plan) -> Result<Vec<StreamItem>> {
     let p = Prep::new(g, s, plan, &mut Scratch::default())?;
     let place = |t: u32, src: Src| -> Read {
         match src {

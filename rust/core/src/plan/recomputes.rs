@@ -1,0 +1,174 @@
+//! The recompute options the planner offers the greedy: units, segments of
+//! units, spans of cut segments, and backward tensors rebuilt from small
+//! inputs.
+//!
+//! # The rule
+//! - every unit (`partition.rs`);
+//! - segments of 2, 4 and 8 consecutive units (in schedule order of their
+//!   heads, at half-width strides) recomputed together from the segment's
+//!   inputs: Chen et al.'s checkpointing at several granularities. A
+//!   segment frees the tensors its units hand each other, which a single
+//!   unit must keep for its successor's clone;
+//! - spans of 1, 2 and 4 cut segments (`cuts.rs`) recomputed from the
+//!   tensor crossing the cut before them; the buffer crossing the cut after
+//!   them is kept (a checkpoint for the next span), so spans combine;
+//! - for `hybrid` only, the backward tensors rebuilt from small inputs
+//!   (`rebuild.rs`).
+//!
+//! Each becomes options through `options::recompute_options` (the trigger,
+//! the freed buffers, the cost).
+//!
+//! # Complexity
+//! O(N + E) for the units, O(sum of segment sizes) = O(4 N) for the
+//! segments, O(3 N) for the spans; the rebuilt tensors as
+//! [`small_input_units`] plus O(MAX_OPS * C) to place them.
+
+use super::candidates::SwapCandidate;
+use super::cuts::Cuts;
+use super::options::{recompute_options as unit_options, Ctx, RecomputeOpt, SpanRule, Work};
+use super::partition::partition;
+use super::rebuild::small_input_units;
+use crate::graph::NONE;
+
+/// Segment widths (units), each placed at half-width strides.
+const SEGMENT_WIDTHS: [usize; 3] = [2, 4, 8];
+
+/// Widths (cut segments, `cuts.rs`) of the spans recomputed from the
+/// tensor crossing the cut before them, placed at their own width.
+const SPAN_WIDTHS: [usize; 3] = [1, 2, 4];
+
+/// Recompute options: every unit, and segments of 2, 4 and 8 consecutive
+/// units (in schedule order of their heads) recomputed together from the
+/// segment's inputs, Chen et al.'s checkpointing at several granularities.
+/// A segment frees the tensors its units hand each other, which a single
+/// unit must keep for its successor's clone.
+///
+/// # Complexity
+/// O(N + E) for the units, O(sum of segment sizes) = O(4 N) for the segments.
+pub(super) fn recompute_options(
+    ctx: &Ctx<'_>,
+    cands: &[SwapCandidate],
+    cuts: &Cuts,
+) -> Vec<RecomputeOpt> {
+    let units = partition(ctx.g, ctx.s);
+    let gap_of = gap_index(ctx, cands);
+    let mut work = Work::new(ctx.g.num_nodes());
+    for (u, nodes) in units.units.iter().enumerate() {
+        unit_options(ctx, u, nodes, SpanRule::ANY, cands, &gap_of, &mut work);
+    }
+    let n = units.units.len();
+    for width in SEGMENT_WIDTHS {
+        for start in (0..n).step_by(width / 2) {
+            let end = (start + width).min(n);
+            if end - start < 2 {
+                continue;
+            }
+            let mut nodes: Vec<u32> = units.units[start..end].iter().flatten().copied().collect();
+            nodes.sort_by_key(|&v| ctx.s.pos[v as usize]);
+            unit_options(
+                ctx,
+                n + start,
+                &nodes,
+                SpanRule::ANY,
+                cands,
+                &gap_of,
+                &mut work,
+            );
+        }
+    }
+    let m = cuts.segments.len();
+    for (k, width) in SPAN_WIDTHS.into_iter().enumerate() {
+        for a in (0..m).step_by(width) {
+            let b = (a + width).min(m);
+            let id = 2 * n + k * m + a;
+            let span = Span {
+                a,
+                b,
+                backward_only: false,
+            };
+            span_options(ctx, id, cuts, span, cands, &gap_of, &mut work);
+        }
+    }
+    work.take()
+}
+
+/// Recompute options of the backward tensors rebuilt from small inputs
+/// (`rebuild.rs`), their units numbered from `first`.
+///
+/// # Complexity
+/// As [`small_input_units`], plus O(sum of unit sizes) = O(MAX_OPS * C)
+/// to place them.
+pub(super) fn rebuild_options(
+    ctx: &Ctx<'_>,
+    cands: &[SwapCandidate],
+    min_bytes: u64,
+    first: usize,
+) -> Vec<RecomputeOpt> {
+    let gap_of = gap_index(ctx, cands);
+    let mut work = Work::new(ctx.g.num_nodes());
+    for (k, nodes) in small_input_units(ctx, cands, min_bytes).iter().enumerate() {
+        unit_options(
+            ctx,
+            first + k,
+            nodes,
+            SpanRule::ANY,
+            cands,
+            &gap_of,
+            &mut work,
+        );
+    }
+    work.take()
+}
+
+/// Per tensor: the index into `cands` of the candidate whose late readers
+/// read it (an owner, or the alias of one the late readers read), `NONE`
+/// for the others. A recompute frees an alias candidate's buffer only when
+/// it clones the owner's producer and the alias op (`options.rs`).
+///
+/// # Complexity
+/// O(T + C).
+pub(super) fn gap_index(ctx: &Ctx<'_>, cands: &[SwapCandidate]) -> Vec<u32> {
+    let mut gap_of = vec![NONE; ctx.g.num_tensors()];
+    for (i, c) in cands.iter().enumerate() {
+        gap_of[c.tensor as usize] = i as u32;
+    }
+    gap_of
+}
+
+/// A span of cut segments `a..b`, and whether its recompute frees only
+/// buffers read late by the backward pass ([`SpanRule`]).
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Span {
+    pub(super) a: usize,
+    pub(super) b: usize,
+    pub(super) backward_only: bool,
+}
+
+/// Recompute options of a span of cut segments: its recomputable ops
+/// cloned from the tensor crossing the cut before it. The buffer crossing
+/// the cut after it is kept (a checkpoint for the next span), so spans
+/// combine. The greedy's pool gets every option (a U-Net's encoder span
+/// may be recomputed for the decoder's forward reads of its skip
+/// connections); the whole-plan spans of `spans_plan` free only what the
+/// backward pass reads, as `keras.remat` does. The options are appended to
+/// `work`'s.
+pub(super) fn span_options(
+    ctx: &Ctx<'_>,
+    id: usize,
+    cuts: &Cuts,
+    span: Span,
+    cands: &[SwapCandidate],
+    gap_of: &[u32],
+    work: &mut Work,
+) {
+    let rule = SpanRule {
+        kept: cuts.boundary[span.b - 1],
+        backward_only: span.backward_only,
+    };
+    let nodes: Vec<u32> = cuts.segments[span.a..span.b]
+        .iter()
+        .flatten()
+        .copied()
+        .collect();
+    unit_options(ctx, id, &nodes, rule, cands, gap_of, work)
+}
