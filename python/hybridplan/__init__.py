@@ -20,6 +20,7 @@ from .errors import (
     HybridplanError,
     InvalidArgumentError,
     InvalidGraphError,
+    PlanVersionError,
     ShapeError,
     UnsupportedGraphError,
 )
@@ -46,6 +47,7 @@ __all__ = [
     "InvalidGraphError",
     "LiveTensor",
     "Plan",
+    "PlanVersionError",
     "PlannedStep",
     "Profile",
     "Result",

@@ -107,12 +107,16 @@ fn canonical(r: &PlanReport) -> String {
             "swap {} {}:{} bytes={} after={} reason={:?}",
             w.tensor, w.node, w.output, w.bytes, w.after, w.reason
         );
-        for (trigger, name, consumers, clones) in &w.ins {
-            let _ = write!(s, " in({trigger} {name} {consumers:?} {clones:?})");
+        for i in &w.ins {
+            let _ = write!(
+                s,
+                " in({} {} {:?} {:?})",
+                i.trigger, i.trigger_name, i.consumers, i.clone_consumers
+            );
         }
         for (what, at) in [("release", &w.release), ("gate", &w.gate)] {
-            if let Some((v, name)) = at {
-                let _ = write!(s, " {what}={v} {name}");
+            if let Some(at) = at {
+                let _ = write!(s, " {what}={} {}", at.node, at.name);
             }
         }
         s.push('\n');
@@ -127,12 +131,16 @@ fn canonical(r: &PlanReport) -> String {
             c.trigger_name,
             c.consumers,
             c.clone_consumers,
-            c.inputs,
-            c.readers,
+            c.inputs.iter().map(|t| [t.node, t.output]).collect::<Vec<_>>(),
+            c.readers
+                .iter()
+                .map(|t| [t.node, t.output, t.reads])
+                .collect::<Vec<_>>(),
             c.reason
         );
     }
-    for (t, b) in &r.host_timeline {
+    let tl = &r.host_timeline;
+    for (t, b) in tl.time_s.iter().zip(&tl.bytes) {
         let _ = write!(s, "{:x}:{b} ", t.to_bits());
     }
     s

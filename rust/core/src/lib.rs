@@ -48,6 +48,7 @@ pub mod phase;
 pub mod plan;
 pub mod replay;
 pub mod schedule;
+pub mod schema;
 pub mod simulate;
 pub mod synth;
 pub mod untimed;
