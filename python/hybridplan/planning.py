@@ -626,7 +626,7 @@ def _optimal(
     else:
         source = source.with_separate_buffers(True)
     judged = source if separate_buffers else source.with_separate_buffers(False)
-    common = dict(device=name, device_json=device_json, profile=profile)
+    common: dict[str, Any] = dict(device=name, device_json=device_json, profile=profile)
     problem = json.loads(_core.export_problem(source, min_bytes=min_bytes, **common))
     try:
         chosen, figures = optimal.solve_problem(problem, nbytes, time_limit)

@@ -89,11 +89,14 @@ from __future__ import annotations
 import functools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from . import _args
 from .errors import InvalidArgumentError, UnsupportedGraphError
 from .inlining import inlined, maybe_inline
+
+if TYPE_CHECKING:
+    from .planning import Plan
 
 __all__ = ["TARGETS", "RewriteSummary", "Rewritten", "Target", "rewrite", "rewrite_with_summary"]
 
@@ -188,7 +191,7 @@ class Rewritten:
 
 def rewrite(
     graph_def: Any,
-    plan: Mapping[str, Any],
+    plan: Mapping[str, Any] | Plan,
     target: str = "gpu",
     device: str | None = None,
     host: str | None = None,
@@ -204,7 +207,7 @@ def rewrite(
 
 def rewrite_with_summary(
     graph_def: Any,
-    plan: Mapping[str, Any],
+    plan: Mapping[str, Any] | Plan,
     target: str = "gpu",
     device: str | None = None,
     host: str | None = None,
