@@ -234,7 +234,7 @@ class Figures:
     pinned_bytes: int = 0
 
 
-def _figures(d: dict) -> Figures:
+def _figures(d: Mapping[str, Any]) -> Figures:
     return Figures(**{k: d[k] for k in Figures.__dataclass_fields__})
 
 
