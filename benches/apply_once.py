@@ -77,7 +77,7 @@ def main() -> None:
     data, _ = graph_bytes(data)
     plan = hybridplan.plan(data, budget)
     plan_t = _since(t)
-    spec = plan.rewrite_spec()
+    spec = plan.report
     if args.callgrind:
         ctl = ["callgrind_control", "-i"]
         subprocess.run([*ctl, "on", str(os.getpid())], check=True, capture_output=True)

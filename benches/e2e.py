@@ -15,7 +15,7 @@ Columns (seconds; each the median over ``--repeat`` runs, ``--repeat-large`` at 
 - ``serialise``: ``GraphDef.SerializeToString()`` of the parsed graph (what ``apply`` does
   when handed a ``GraphDef`` or a traced step rather than bytes);
 - ``core``: ``hybridplan.plan(bytes, budget, strategy, device)``;
-- ``write-back``: ``plan.rewrite_spec()`` + ``rewriting.rewrite_with_summary`` on the
+- ``write-back``: ``plan.report`` + ``rewriting.rewrite_with_summary`` on the
   serialized GraphDef, as ``apply`` calls it (target ``gpu``): one parse of the bytes,
   then the edits;
 - ``apply``: one ``hybridplan.apply(bytes, budget, ...)`` call, timed on its own; it does
@@ -106,7 +106,7 @@ def child_synthetic(nodes: int, kind: str, repeat: int) -> dict[str, Any]:
         del gd, serialised  # the peak RSS is apply's, not that of copies kept alive
         t["core"], plan = _timed(hybridplan.plan, data, budget, strategy=STRATEGY, device=DEVICE)
         t0 = time.perf_counter()
-        out = rewrite_with_summary(data, plan.rewrite_spec(), target=TARGET)
+        out = rewrite_with_summary(data, plan.report, target=TARGET)
         t["write_back"] = time.perf_counter() - t0
         del out
         t["apply"], result = _timed(
@@ -166,7 +166,7 @@ def child_resnet(repeat: int) -> dict[str, Any]:
             hybridplan.plan, data, budget, strategy=STRATEGY, device=DEVICE, loss=loss
         )
         t0 = time.perf_counter()
-        rewrite_with_summary(data, plan.rewrite_spec(), target=TARGET)
+        rewrite_with_summary(data, plan.report, target=TARGET)
         t["write_back"] = time.perf_counter() - t0
         t["apply"], result = _timed(
             hybridplan.apply, traced, budget, strategy=STRATEGY, device=DEVICE, target=TARGET

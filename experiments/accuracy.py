@@ -250,11 +250,10 @@ def _simulate_again(
                 "tensor": outputs[s["node"]][s["output"]],
                 "after": s["after"],
                 "ins": [
-                    {"trigger": t, "consumers": c, "clone_consumers": cc}
-                    for t, _, c, cc in s["ins"]
+                    {k: i[k] for k in ("trigger", "consumers", "clone_consumers")} for i in s["ins"]
                 ],
-                "release": s["release"][0] if s.get("release") else NONE,
-                "gate": s["gate"][0] if s.get("gate") else NONE,
+                "release": s["release"]["node"] if s["release"] else NONE,
+                "gate": s["gate"]["node"] if s["gate"] else NONE,
             }
             for s in plan.swaps
         ],
@@ -766,7 +765,8 @@ def explain_plan(b: Bench, a: Any, strategy: str, result: Any, top: int = 10) ->
     rows = []
     for i, sw in enumerate(result.plan.swaps):
         out = summary.swap_out[i] if i < len(summary.swap_out) else ""
-        for j, (trigger, trigger_name, _, _) in enumerate(sw["ins"]):
+        for j, entry in enumerate(sw["ins"]):
+            trigger, trigger_name = entry["trigger"], entry["trigger_name"]
             ins = [n for n in summary.swap_in if n.endswith(f"/swap_in/{i}_{j}")]
             rows.append(
                 f"| swap {sw['tensor']} ({sw['bytes']} B) | `{trigger_name}` "

@@ -174,6 +174,12 @@ def cases():
     binary = tmp / "binary.json"
     binary.write_bytes(b"\xff\xfe\x00binary")
     yield "Plan.load of binary bytes", lambda: hybridplan.Plan.load(binary)
+    old = tmp / "old.json"
+    old.write_text('{"strategy": "hybrid", "budget": 1, "swaps": [], "recomputes": []}')
+    yield (
+        "Plan.load of a plan saved before the plan schema was versioned",
+        lambda: hybridplan.Plan.load(old),
+    )
     yield (
         "rewrite(gd, None)",
         lambda: hybridplan.rewrite(graph_pb2.GraphDef.FromString(FIXTURE), None),

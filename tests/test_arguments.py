@@ -143,7 +143,7 @@ BAD = [
     (
         "rewrite(gd, None)",
         lambda p: hybridplan.rewrite(graph_pb2.GraphDef.FromString(FIXTURE), None),
-        "rewrite_spec",
+        "a hybridplan.Plan or its report",
     ),
     (
         "rewrite(gd, {'swaps': [{}]})",
@@ -180,7 +180,12 @@ def test_bad_values_are_invalid_argument_errors(what, call, match, peak):
         ('{"swaps": [', "not valid JSON"),
         (b"\xff\xfe\x00\x01binary", "not valid JSON"),
         ("[1, 2]", "a JSON object"),
-        ('{"swaps": [], "planned": {}}', "strategy, budget, recomputes, original, planned figures"),
+        ('{"swaps": [], "planned": {}}', "plan-schema version 1 .unversioned.*re-plan"),
+        ('{"schema_version": 99, "swaps": []}', "plan-schema version 99.*re-plan"),
+        (
+            '{"schema_version": 2, "swaps": [], "planned": {}}',
+            "missing or malformed: missing field",
+        ),
         ("[" * 100_000, "not valid JSON"),
     ],
 )

@@ -96,7 +96,7 @@ def test_nested_calls_plan_from_the_graphdef_and_run_bit_identical():
     assert not _calls(r.graph_def) and len(r.graph_def.library.function) == 0
     assert gd.SerializeToString(deterministic=True) == before  # input untouched
     # rewrite() of the graph with its calls inlines it first: the plan's indices match.
-    again = hybridplan.rewrite(gd, r.plan.rewrite_spec(), target="cpu-emulation")
+    again = hybridplan.rewrite(gd, r.plan, target="cpu-emulation")
     assert again == r.graph_def
     # What was planned lies inside the function bodies: nodes the inlining made.
     names = [n.name for n in r.graph_def.node]

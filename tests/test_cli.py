@@ -408,3 +408,49 @@ def test_trial_small_cnn_runs_with_its_defaults(capsys):
     assert "no plan reaches 70%" in out or "70% of the" in out, out
     assert "equal bit for bit" in out
     assert "= variables and optimizer slots" in out
+
+
+def _count_decodes(monkeypatch) -> list[str]:
+    """Records every call into the core that decodes GraphDef bytes (by name), and every
+    read of a graph file, for the commands below."""
+    from hybridplan import _core, _graphio
+
+    calls: list[str] = []
+    for name in ("analyze", "plan", "export_problem", "simulate_plan", "replay"):
+        real = getattr(_core, name)
+
+        def spy(data, *args, _real=real, _name=name, **kwargs):
+            if isinstance(data, bytes):
+                calls.append(_name)
+            return _real(data, *args, **kwargs)
+
+        monkeypatch.setattr(_core, name, spy)
+    real_read = _graphio.graph_bytes
+
+    def read(graph, *args, **kwargs):
+        if isinstance(graph, (str, os.PathLike)):
+            calls.append("read")
+        return real_read(graph, *args, **kwargs)
+
+    for module in ("_graphio", "analysis", "planning", "applying"):
+        monkeypatch.setattr(f"hybridplan.{module}.graph_bytes", read)
+    return calls
+
+
+def test_compare_decodes_the_graph_once(synth, monkeypatch, capsys):
+    path, _, half = synth
+    calls = _count_decodes(monkeypatch)
+    assert main(["compare", str(path), "--budget", str(half), "--device", "h100-pcie5"]) == 0
+    assert calls == ["read", "analyze"]
+    calls.clear()
+    assert main(["compare", str(path), "--budget", "1"]) == EXIT_BUDGET
+    assert calls == ["read", "analyze"]
+
+
+def test_plan_reads_and_decodes_the_graph_once(synth, tmp_path, monkeypatch):
+    path, _, half = synth
+    calls = _count_decodes(monkeypatch)
+    out = tmp_path / "out.pb"
+    args = ["plan", str(path), "--budget", str(half), "--device", "a100-pcie4"]
+    assert main([*args, "-o", str(out)]) == 0
+    assert calls == ["read", "plan"]

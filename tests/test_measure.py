@@ -74,7 +74,7 @@ def swap_spec(mlp):
         swap["ins"][0]["trigger"] = triggers[k + 1]
         # Release node (as the planner sets them, plan/release.rs): the next layer's
         # forward MatMul waits for this copy, so the executor cannot run ahead of it.
-        swap["release"] = s.split(relus[k + 1])[0][0]
+        swap["gate"] = {"node": s.split(relus[k + 1])[0][0]}
     return plan
 
 
@@ -274,7 +274,7 @@ def _simulated_activation_peak(traced, spec: dict) -> int:
             "tensor": problem["nodes"][sw["node"]]["outputs"][sw["output"]],
             "after": sw["after"],
             "ins": sw["ins"],
-            **({"release": sw["release"]} if "release" in sw else {}),
+            **({"release": sw["gate"]["node"]} if sw.get("gate") else {}),
         }
         for sw in spec["swaps"]
     ]

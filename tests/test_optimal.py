@@ -66,7 +66,7 @@ def test_optimal_plan_round_trips_through_the_plan_format():
     p = hybridplan.plan(
         data, budget, strategy="optimal", device=DEVICE, loss=loss, separate_buffers=True
     )
-    spec = p.rewrite_spec()
+    spec = p.report
     assert spec["swaps"] or spec["recomputes"]
     # The decisions, fed back to the simulator, predict the same figures.
     plan_json = json.dumps(
@@ -103,7 +103,7 @@ def test_the_optimum_fits_the_default_memory_model_too():
     )
     p = hybridplan.plan(data, budget, strategy="optimal", device=DEVICE, loss=loss)
     assert p.report["optimal"]["separate_buffers"] is True
-    assert p.rewrite_spec() == exact.rewrite_spec()
+    assert (p.swaps, p.recomputes) == (exact.swaps, exact.recomputes)
     assert p.planned.peak_bytes <= exact.planned.peak_bytes <= budget
     assert p.original.peak_bytes < exact.original.peak_bytes
 
@@ -132,3 +132,29 @@ def test_optimal_takes_no_heuristic_parameters():
     data, loss, peak = _graph("chain", 0, 0)
     with pytest.raises(InvalidArgumentError, match="optimal"):
         hybridplan.plan(data, peak, strategy="optimal", loss=loss, tflms={"threshold": 1})
+
+
+@pytest.mark.parametrize(("separate", "frac"), [(True, 0.8), (False, 0.8), (False, 0.4)])
+def test_the_solver_decodes_the_graph_once(monkeypatch, separate, frac):
+    """Export, judgement and (when the formulation is infeasible) the heuristics' best
+    peak all read one decoded graph: the caller's model is scheduled again from the
+    formulation's, not decoded again."""
+    data, loss, peak = _graph("chain", 1, 0)
+    decoded: list[str] = []
+    for name in ("analyze", "plan", "export_problem", "simulate_plan"):
+        real = getattr(_core, name)
+
+        def spy(graph, *args, _real=real, _name=name, **kwargs):
+            if isinstance(graph, bytes):
+                decoded.append(_name)
+            return _real(graph, *args, **kwargs)
+
+        monkeypatch.setattr(_core, name, spy)
+    args = dict(strategy="optimal", device=DEVICE, loss=loss, separate_buffers=separate)
+    try:
+        p = hybridplan.plan(data, int(peak * frac), **args)
+    except BudgetError as e:
+        assert frac < 0.5 and e.best_peak > int(peak * frac)
+    else:
+        assert p.report["optimal"]["separate_buffers"] is True
+    assert decoded == ["analyze"]

@@ -173,7 +173,7 @@ def test_plans_are_deterministic_and_round_trip(synth, tmp_path):
     path = tmp_path / "plan.json"
     p1.save(path)
     back = hybridplan.Plan.load(path)
-    assert back.report == p1.report and back.rewrite_spec() == p1.rewrite_spec()
+    assert back.report == p1.report
     with pytest.raises(hybridplan.InvalidArgumentError):
         back.timeline()
     (tmp_path / "junk.json").write_text("{not json")
@@ -181,13 +181,75 @@ def test_plans_are_deterministic_and_round_trip(synth, tmp_path):
         hybridplan.Plan.load(tmp_path / "junk.json")
 
 
-def test_rewrite_spec_points_at_graphdef_nodes(synth):
+def _as_unversioned(report: dict) -> dict:
+    """A report in the shape plans were saved in before the schema had a version:
+    swap-ins, release and gate nodes, inputs, readers and the host timeline as arrays."""
+    old = {k: v for k, v in report.items() if k != "schema_version"}
+    old["swaps"] = [
+        {
+            **s,
+            "ins": [
+                [i["trigger"], i["trigger_name"], i["consumers"], i["clone_consumers"]]
+                for i in s["ins"]
+            ],
+            "release": s["release"] and [s["release"]["node"], s["release"]["name"]],
+            "gate": s["gate"] and [s["gate"]["node"], s["gate"]["name"]],
+        }
+        for s in report["swaps"]
+    ]
+    old["recomputes"] = [
+        {
+            **r,
+            "inputs": [[t["node"], t["output"]] for t in r["inputs"]],
+            "readers": [[t["node"], t["output"], t["reads"]] for t in r["readers"]],
+        }
+        for r in report["recomputes"]
+    ]
+    tl = report["host_timeline"]
+    old["host_timeline"] = [list(x) for x in zip(tl["time_s"], tl["bytes"], strict=True)]
+    return old
+
+
+def test_the_plan_schema_is_versioned_and_an_older_plan_asks_for_a_new_one(synth, tmp_path):
+    data, a = synth
+    budget = a.persistent_bytes + (a.peak_bytes - a.persistent_bytes) // 2
+    p = hybridplan.plan(data, budget, device="a100-pcie4", min_bytes=1024)
+    assert p.report["schema_version"] == hybridplan._core.PLAN_SCHEMA_VERSION
+    assert p.swaps and all(isinstance(i, dict) for s in p.swaps for i in s["ins"])
+    old = tmp_path / "old.json"
+    old.write_text(json.dumps(_as_unversioned(p.report)))
+    with pytest.raises(hybridplan.PlanVersionError, match=r"version 1 \(unversioned\).*re-plan"):
+        hybridplan.Plan.load(old)
+    future = tmp_path / "future.json"
+    future.write_text(json.dumps({**p.report, "schema_version": 3}))
+    with pytest.raises(hybridplan.PlanVersionError, match=r"version 3.*re-plan"):
+        hybridplan.Plan.load(future)
+    # The replay reads saved plans through the same schema.
+    with pytest.raises(hybridplan.PlanVersionError):
+        hybridplan._core.replay(data, old.read_text(), device="a100-pcie4")
+
+
+def test_an_analysis_is_planned_as_its_bytes(synth):
+    data, a = synth
+    budget = a.persistent_bytes + (a.peak_bytes - a.persistent_bytes) // 2
+    analysed = hybridplan.analyze(data, workspace="none")
+    for strategy in ("swap", "hybrid"):
+        once = hybridplan.plan(analysed, budget, strategy=strategy, device="a100-pcie4")
+        each = hybridplan.plan(
+            data, budget, strategy=strategy, device="a100-pcie4", workspace="none"
+        )
+        assert once.report == each.report and not once.is_empty
+    with pytest.raises(hybridplan.InvalidArgumentError, match="holds its build options"):
+        hybridplan.plan(a, budget, loss="x:0")
+
+
+def test_plan_points_at_graphdef_nodes(synth):
     from tensorflow.core.framework import graph_pb2
 
     data, a = synth
     gd = graph_pb2.GraphDef.FromString(data)
     budget = a.persistent_bytes + (a.peak_bytes - a.persistent_bytes) // 2
-    spec = hybridplan.plan(data, budget, device="a100-pcie4", min_bytes=1024).rewrite_spec()
+    spec = hybridplan.plan(data, budget, device="a100-pcie4", min_bytes=1024).report
     for s in spec["swaps"]:
         producer = gd.node[s["node"]].name
         for i in s["ins"]:

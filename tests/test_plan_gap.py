@@ -41,7 +41,12 @@ def test_hybrid_is_within_ten_percent_of_the_optimum(fam, size, seed, frac):
 
 def _fed(p) -> list[tuple[str, list[int]]]:
     """(swapped tensor, clone consumers) of every swap-in that feeds clones."""
-    return [(s["tensor"], i[3]) for s in p.report["swaps"] for i in s["ins"] if i[3]]
+    return [
+        (s["tensor"], i["clone_consumers"])
+        for s in p.report["swaps"]
+        for i in s["ins"]
+        if i["clone_consumers"]
+    ]
 
 
 @pytest.mark.parametrize(("fam", "size", "frac"), [("residual", 1, 0.8), ("chain", 2, 0.9)])

@@ -121,7 +121,7 @@ def test_verify_accepts_clones_fused_like_their_originals():
     traced = w.trace()
     a = analyze(traced, **REWRITE_ONLY)
     budget = a.persistent_bytes + int(a.activation_peak_bytes * 0.9)
-    spec = plan(traced, budget, strategy="recompute", device="cpu", **REWRITE_ONLY).rewrite_spec()
+    spec = plan(traced, budget, strategy="recompute", device="cpu", **REWRITE_ONLY).report
     out = rewrite_with_summary(traced.graph_def, spec, target="cpu-emulation")
     for expected in (out.summary, out.summary.inserted):
         report = verify(compile_step(traced, out.graph_def), expected, *w.batch(0))
@@ -139,7 +139,7 @@ def test_rewrite_needs_no_graph_search_when_the_plan_says_what_clones_read():
     traced = _swish_cnn().trace()
     a = analyze(traced, **REWRITE_ONLY)
     budget = a.persistent_bytes + int(a.activation_peak_bytes * 0.9)
-    spec = plan(traced, budget, strategy="recompute", device="cpu", **REWRITE_ONLY).rewrite_spec()
+    spec = plan(traced, budget, strategy="recompute", device="cpu", **REWRITE_ONLY).report
     assert spec["recomputes"] and all(r["inputs"] and r["readers"] for r in spec["recomputes"])
     bare = {
         **spec,

@@ -74,7 +74,7 @@ def test_no_plan_triggers_on_a_dead_op():
             except BudgetError:
                 continue
             triggers = [r["trigger"] for r in p.recomputes]
-            triggers += [i[0] for s in p.swaps for i in s["ins"]]
+            triggers += [i["trigger"] for s in p.swaps for i in s["ins"]]
             checked += len(triggers)
             bad = [nodes[t].name for t in triggers if nodes[t].name in untimed]
             assert not bad, (strategy, f, bad)

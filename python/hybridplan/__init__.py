@@ -20,6 +20,7 @@ from .errors import (
     HybridplanError,
     InvalidArgumentError,
     InvalidGraphError,
+    PlanVersionError,
     ShapeError,
     UnsupportedGraphError,
 )
@@ -45,6 +46,7 @@ __all__ = [
     "InvalidGraphError",
     "LiveTensor",
     "Plan",
+    "PlanVersionError",
     "PlannedStep",
     "Profile",
     "Result",

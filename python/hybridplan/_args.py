@@ -196,11 +196,11 @@ def parse_bytes(value: Any, what: str = "budget") -> int:
 
 
 def rewrite_spec(plan: Any) -> Mapping[str, Any]:
-    """The shape of a rewrite spec (``Plan.rewrite_spec()``): a dict with lists
-    ``swaps`` (each with ``node``; its ``ins`` each with ``trigger``) and
-    ``recomputes`` (each with ``nodes`` and ``trigger``). Indices are checked
-    against the graph by the rewrite."""
-    hint = "pass plan.rewrite_spec() of a hybridplan.Plan"
+    """The shape of a plan the rewrite takes (``Plan.report``, the plan schema): a dict
+    with lists ``swaps`` (each with ``node``, ``gate`` None or a dict with ``node``; its
+    ``ins`` each with ``trigger``) and ``recomputes`` (each with ``nodes`` and
+    ``trigger``). Indices are checked against the graph by the rewrite."""
+    hint = "pass a hybridplan.Plan or its report"
     if not isinstance(plan, Mapping):
         raise InvalidArgumentError(
             f"the plan must be a dict of swaps and recomputes ({hint}), got {type(plan).__name__}"
@@ -213,6 +213,13 @@ def rewrite_spec(plan: Any) -> Mapping[str, Any]:
             if not isinstance(e, Mapping) or any(n not in e for n in needs):
                 raise InvalidArgumentError(
                     f"{key}[{i}] must be a dict with {', '.join(needs)} ({hint}), got {e!r}"[:300]
+                )
+            gate = e.get("gate") if key == "swaps" else None
+            if gate is not None and not (isinstance(gate, Mapping) and "node" in gate):
+                raise InvalidArgumentError(
+                    f"swaps[{i}].gate must be None or a dict with a node ({hint}), got {gate!r}"[
+                        :300
+                    ]
                 )
             for j, entry in enumerate(e.get("ins", ()) if key == "swaps" else ()):
                 if not isinstance(entry, Mapping) or "trigger" not in entry:

@@ -1,11 +1,12 @@
 """Type stubs of the native core (``hybridplan._core``). Users import ``hybridplan``."""
 
-from typing import Any, final
+from typing import Any, NotRequired, TypedDict, final, type_check_only
 
 import numpy as np
 import numpy.typing as npt
 
 __all__ = [
+    "PLAN_SCHEMA_VERSION",
     "REPLAY_VERSION",
     "CoreAnalysis",
     "CorePlan",
@@ -17,6 +18,7 @@ __all__ = [
     "export_problem",
     "function_call_ops",
     "op_facts",
+    "load_plan",
     "plan",
     "replay",
     "simulate_plan",
@@ -25,6 +27,114 @@ __all__ = [
 ]
 
 __version__: str
+
+# The plan schema (rust/core/src/schema.rs, where each field is documented): what
+# CorePlan.report() and load_plan() return, what a saved plan holds and what
+# hybridplan.rewriting takes. Node ids are positions in the analysed graph.
+PLAN_SCHEMA_VERSION: int
+
+@type_check_only
+class Figures(TypedDict):
+    peak_bytes: int
+    step_time_s: float
+    compute_time_s: float
+    recompute_time_s: float
+    stall_time_s: float
+    bytes_d2h: int
+    bytes_h2d: int
+    swaps: int
+    swap_ins: int
+    clones: int
+    host_peak_bytes: int
+    pinned_bytes: int
+
+@type_check_only
+class NodeRef(TypedDict):
+    node: int
+    name: str
+
+@type_check_only
+class TensorRef(TypedDict):
+    node: int
+    output: int
+
+@type_check_only
+class ReadCount(TypedDict):
+    node: int
+    output: int
+    reads: int
+
+@type_check_only
+class SwapInDecision(TypedDict):
+    trigger: int
+    trigger_name: str
+    consumers: list[int]
+    clone_consumers: list[int]
+
+@type_check_only
+class SwapDecision(TypedDict):
+    tensor: str
+    node: int
+    output: int
+    bytes: int
+    after: int
+    ins: list[SwapInDecision]
+    release: NodeRef | None
+    gate: NodeRef | None
+    reason: str
+
+@type_check_only
+class RecomputeDecision(TypedDict):
+    nodes: list[int]
+    names: list[str]
+    trigger: int
+    trigger_name: str
+    consumers: list[int]
+    clone_consumers: list[int]
+    reason: str
+    inputs: list[TensorRef]
+    readers: list[ReadCount]
+
+@type_check_only
+class HostTimeline(TypedDict):
+    time_s: list[float]
+    bytes: list[int]
+
+@type_check_only
+class OptimalFigures(TypedDict):
+    status: str
+    objective_s: float | None
+    mip_gap: float
+    solve_time_s: float
+    variables: NotRequired[int]
+    binaries: NotRequired[int]
+    constraints: NotRequired[int]
+    separate_buffers: bool
+
+@type_check_only
+class PlanReport(TypedDict):
+    schema_version: int
+    strategy_requested: str
+    strategy: str
+    device: str
+    budget: int
+    persistent_bytes: int
+    num_nodes: int
+    loss: str | None
+    workspace: str | None
+    original: Figures
+    planned: Figures
+    swaps: list[SwapDecision]
+    recomputes: list[RecomputeDecision]
+    unknown_ops: list[str]
+    evaluations: int
+    swap_options: int
+    recompute_options: int
+    host_budget: int
+    host_timeline: HostTimeline
+    optimal: NotRequired[OptimalFigures]
+
+def load_plan(text: str) -> PlanReport: ...
 
 @final
 class CoreAnalysis:
@@ -54,6 +164,7 @@ class CoreAnalysis:
     def live_at_peak(self, k: int) -> list[tuple[str, int, str, list[int], str]]: ...
     def node_facts(self) -> dict[str, Any]: ...
     def tensor_facts(self) -> dict[str, npt.NDArray[Any]]: ...
+    def with_separate_buffers(self, separate_buffers: bool) -> CoreAnalysis: ...
 
 def analyze(
     data: bytes,
@@ -68,13 +179,14 @@ def analyze(
 class CorePlan:
     @property
     def report_json(self) -> str: ...
+    def report(self) -> PlanReport: ...
     def events(
         self,
     ) -> tuple[npt.NDArray[np.uint8], npt.NDArray[np.float64], npt.NDArray[np.float64]]: ...
     def timeline(self, which: int) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.uint64]]: ...
 
 def plan(
-    data: bytes,
+    data: bytes | CoreAnalysis,
     budget: int,
     strategy: str = "hybrid",
     device: str = "v100-nvlink2",
@@ -100,7 +212,7 @@ def synthetic_graphdef(
     nodes: int, kind: str = "mixed", batch: int = 8, size: int = 32, channels: int = 64
 ) -> bytes: ...
 def export_problem(
-    data: bytes,
+    data: bytes | CoreAnalysis,
     device: str = "v100-nvlink2",
     device_json: str | None = None,
     loss: str | None = None,
@@ -112,7 +224,7 @@ def export_problem(
     workspace_profile: list[tuple[str, int]] | None = None,
 ) -> str: ...
 def simulate_plan(
-    data: bytes,
+    data: bytes | CoreAnalysis,
     plan_json: str,
     budget: int,
     strategy: str,
@@ -129,7 +241,7 @@ def simulate_plan(
 REPLAY_VERSION: int
 
 def replay(
-    data: bytes,
+    data: bytes | CoreAnalysis,
     report_json: str,
     device: str = "v100-nvlink2",
     device_json: str | None = None,

@@ -106,7 +106,7 @@ def rewrite_plan(source: Any, p: Plan, target: str = "gpu") -> Any:
     from .rewriting import rewrite_with_summary
 
     try:
-        return rewrite_with_summary(source, p.rewrite_spec(), target=target)
+        return rewrite_with_summary(source, p.report, target=target)
     except (InvalidArgumentError, UnsupportedGraphError) as e:
         problem = tensorflow_rejects(source)
         if problem is None:

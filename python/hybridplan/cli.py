@@ -409,27 +409,20 @@ def _cmd_plan(args: argparse.Namespace) -> int:
     outputs = [f for f in (args.output, args.json) if f]
     check_outputs(outputs, [args.report] if args.report else [])
     files: dict[Path, bytes] = {}
-    with stages(3 if args.output else 1) as stage:
-        stage("planning")
-        p = plan(
-            args.graph,
-            args.budget,
-            strategy=args.strategy,
-            device=args.device,
-            loss=args.loss,
-            **_plan_options(args),
-        )
+    options = dict(strategy=args.strategy, device=args.device, loss=args.loss)
+    with stages(2 if args.output else 1) as stage:
         if args.output:
-            from tensorflow.core.framework import graph_pb2
+            from .applying import apply
 
-            from ._graphio import graph_bytes
-            from .applying import rewrite_plan
-
-            stage("rewriting")
-            gd = graph_pb2.GraphDef.FromString(graph_bytes(args.graph)[0])
-            new = rewrite_plan(gd, p, args.target).graph_def
-            files[Path(args.output)] = new.SerializeToString()
+            # What hybridplan.apply does: the file read once, planned and rewritten.
+            stage("planning and rewriting")
+            r = apply(args.graph, args.budget, target=args.target, **options, **_plan_options(args))
+            p = r.plan
+            files[Path(args.output)] = r.graph_def.SerializeToString()
             stage("writing")
+        else:
+            stage("planning")
+            p = plan(args.graph, args.budget, **options, **_plan_options(args))
     if args.json:
         files[Path(args.json)] = p.to_json().encode()
     if args.report:
@@ -486,24 +479,26 @@ def _cmd_replay(args: argparse.Namespace) -> int:
 
 
 def _cmd_compare(args: argparse.Namespace) -> int:
-    from . import plan
+    from . import analyze, plan
+    from ._backend import workspace_rule
     from ._progress import stages
+    from .planning import _device_args
     from .report import fmt_size, summary_table
 
     plans: dict = {}
     budget = None
     failed: list[BudgetError] = []
-    with stages(len(STRATEGIES)) as stage:
+    with stages(len(STRATEGIES) + 1) as stage:
+        # One decode and analysis serves every strategy (the workspace rule the
+        # device's plans use).
+        stage("analysing")
+        rule = workspace_rule("auto", _device_args(args.device)[2])
+        a = analyze(args.graph, loss=args.loss, workspace=rule)
         for s in STRATEGIES:
             stage(f"planning: {s}")
             try:
                 plans[s] = plan(
-                    args.graph,
-                    args.budget,
-                    strategy=s,
-                    device=args.device,
-                    loss=args.loss,
-                    **_plan_options(args),
+                    a, args.budget, strategy=s, device=args.device, **_plan_options(args)
                 )
                 budget = plans[s].budget
             except BudgetError as e:
@@ -515,12 +510,7 @@ def _cmd_compare(args: argparse.Namespace) -> int:
         return 0
     # Nothing fits: the original's figures from a plan under its own peak (an empty
     # plan), and the smallest peak any strategy reached.
-    from . import analyze
-
-    a = analyze(args.graph, loss=args.loss)
-    original = plan(
-        args.graph, a.peak_bytes, strategy="recompute", device=args.device, loss=args.loss
-    ).report["original"]
+    original = plan(a, a.peak_bytes, strategy="recompute", device=args.device).report["original"]
     best = min(failed, key=lambda e: e.best_peak)
     print(summary_table(plans, budget, original=original, best=(best.best_peak, best.strategy)))
     print(

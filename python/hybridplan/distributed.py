@@ -333,13 +333,17 @@ def node_devices(graph_def: Any, captures: Sequence[tuple[Any, str]] = ()) -> li
 # --------------------------------------------------------------------------- sub-graphs
 
 
-def replica_subgraph(graph_def: Any, members: Sequence[int]) -> Any:
+def replica_subgraph(
+    graph_def: Any, members: Sequence[int], boundary_of: list[tuple[int, int]] | None = None
+) -> Any:
     """The sub-GraphDef of the nodes at positions ``members`` (ascending).
 
     Node ``k`` of the result is ``graph_def.node[members[k]]``, with its inputs from
     non-members replaced: a data input by a ``Placeholder`` (same dtype and
     ``_output_shapes``; one per tensor, named ``hybridplan/boundary/<j>``, appended
-    after the members), a control input dropped. The input is not modified.
+    after the members), a control input dropped. The input is not modified. When
+    ``boundary_of`` is a list, ``(producer position, output)`` in ``graph_def`` of each
+    placeholder ``j`` is appended to it.
 
     Complexity:
         O(size of the member nodes) in Python.
@@ -350,7 +354,7 @@ def replica_subgraph(graph_def: Any, members: Sequence[int]) -> Any:
 
     nodes = graph_def.node
     inside = {nodes[i].name for i in members}
-    by_name = {n.name: n for n in nodes}
+    position = {n.name: i for i, n in enumerate(nodes)}
     sub = graph_pb2.GraphDef()
     sub.versions.CopyFrom(graph_def.versions)
     boundary: dict[str, str] = {}
@@ -370,7 +374,10 @@ def replica_subgraph(graph_def: Any, members: Sequence[int]) -> Any:
         node.input.extend(kept)
     for text, name in boundary.items():
         producer, _, k = text.partition(":")
-        _boundary_placeholder(sub, name, by_name[producer], int(k or 0), _output_dtypes)
+        at = position[producer]
+        _boundary_placeholder(sub, name, nodes[at], int(k or 0), _output_dtypes)
+        if boundary_of is not None:
+            boundary_of.append((at, int(k or 0)))
     return sub
 
 
@@ -541,9 +548,12 @@ def apply(
     out.CopyFrom(full)
     replicas = []
     shares = _host_shares(dt.devices, host_budget)
+    owner = _owners(devices, dt.devices)
+    outside: dict[str, int] | None = None  # made when a plan first recomputes
     for r, dev in enumerate(dt.devices):
-        members = [i for i, d in enumerate(devices) if _same_device(d, dev)]
-        sub = replica_subgraph(full, members)
+        members = [i for i, d in enumerate(devices) if owner[i] == r]
+        boundary: list[tuple[int, int]] = []
+        sub = replica_subgraph(full, members, boundary)
         nbytes = _per_device(budget, dev, r, "budget")
         options = dict(plan_options)
         options["exclude_types"] = _collective_types(sub, options.get("exclude_types"))
@@ -551,7 +561,9 @@ def apply(
         p = _plan_replica(plan_graph, sub, nbytes, r, dev, strategy, device, dt, min_bytes, options)
         summary = None
         if not p.is_empty:
-            spec = _to_full(p.rewrite_spec(), members, dev)
+            if p.recomputes and outside is None:
+                outside = _outside_reads(full, owner)
+            spec = _in_full_graph(p.report, members, boundary, outside or {}, full, dev)
             rh = host_for(dev, host)
             rewritten = rewrite_with_summary(
                 out, spec, target=target, device=dev, host=rh, prefix=f"hybridplan/r{r}"
@@ -629,8 +641,48 @@ def _auto_share(share: Any, devices: Sequence[str], dev: str, device: Any, r: in
     return max(total // n, 1)
 
 
-def _to_full(spec: Mapping[str, Any], members: Sequence[int], dev: str) -> dict:
-    """The rewrite spec of a sub-graph plan, with full-graph node positions."""
+def _owners(devices: Sequence[str], replicas: Sequence[str]) -> list[int]:
+    """The replica of every node (its position in ``replicas``), -1 for none."""
+    owner = [-1] * len(devices)
+    for r, dev in enumerate(replicas):
+        for i, d in enumerate(devices):
+            if owner[i] < 0 and _same_device(d, dev):
+                owner[i] = r
+    return owner
+
+
+def _outside_reads(full: Any, owner: Sequence[int]) -> dict[str, int]:
+    """Data reads of each tensor (``name`` or ``name:k``) by nodes of another replica
+    (or none) than its producer's: what a replica's sub-graph does not see of its
+    tensors' readers. One pass over the graph for all replicas. O(nodes + edges)."""
+    nodes = full.node
+    position = {n.name: i for i, n in enumerate(nodes)}
+    out: dict[str, int] = {}
+    for j, n in enumerate(nodes):
+        for text in n.input:
+            if text.startswith("^"):
+                continue
+            name = text.split(":")[0]
+            p = position.get(name)
+            if p is not None and owner[p] != owner[j]:
+                key = text[:-2] if text.endswith(":0") else text
+                out[key] = out.get(key, 0) + 1
+    return out
+
+
+def _in_full_graph(
+    report: Mapping[str, Any],
+    members: Sequence[int],
+    boundary: Sequence[tuple[int, int]],
+    outside: Mapping[str, int],
+    full: Any,
+    dev: str,
+) -> dict:
+    """A replica's plan (the plan schema, sub-graph positions) in full-graph positions,
+    every field kept: node ids through ``members``, a clone's input from a boundary
+    placeholder as the tensor it stands for (``boundary``), and each cloned output's
+    reads counted in the whole graph (``outside``: reads by other replicas), so that the
+    rewrite need not search the graph. O(plan size)."""
 
     def at(k: Any) -> int:
         k = int(k)
@@ -644,14 +696,31 @@ def _to_full(spec: Mapping[str, Any], members: Sequence[int], dev: str) -> dict:
     def many(ks: Sequence[Any]) -> list[int]:
         return [at(k) for k in ks]
 
+    def node(ref: Mapping[str, Any] | None) -> dict | None:
+        return None if ref is None else {**ref, "node": at(ref["node"])}
+
+    def tensor(t: Mapping[str, Any]) -> dict:
+        k = int(t["node"])
+        if k >= len(members) and k - len(members) < len(boundary):
+            p, output = boundary[k - len(members)]
+            return {"node": p, "output": output}
+        return {"node": at(k), "output": t["output"]}
+
+    def reads(t: Mapping[str, Any]) -> dict:
+        v, k = at(t["node"]), int(t["output"])
+        name = full.node[v].name if k == 0 else f"{full.node[v].name}:{k}"
+        return {"node": v, "output": k, "reads": t["reads"] + outside.get(name, 0)}
+
     swaps = [
         {
+            **s,
             "node": at(s["node"]),
-            "output": s["output"],
             "after": at(s["after"]),
-            "release": None if s.get("release") is None else at(s["release"]),
+            "release": node(s["release"]),
+            "gate": node(s["gate"]),
             "ins": [
                 {
+                    **i,
                     "trigger": at(i["trigger"]),
                     "consumers": many(i["consumers"]),
                     "clone_consumers": many(i["clone_consumers"]),
@@ -659,18 +728,21 @@ def _to_full(spec: Mapping[str, Any], members: Sequence[int], dev: str) -> dict:
                 for i in s["ins"]
             ],
         }
-        for s in spec["swaps"]
+        for s in report["swaps"]
     ]
     recomputes = [
         {
+            **rc,
             "nodes": many(rc["nodes"]),
             "trigger": at(rc["trigger"]),
             "consumers": many(rc["consumers"]),
             "clone_consumers": many(rc["clone_consumers"]),
+            "inputs": [tensor(t) for t in rc["inputs"]],
+            "readers": [reads(t) for t in rc["readers"]],
         }
-        for rc in spec["recomputes"]
+        for rc in report["recomputes"]
     ]
-    return {"swaps": swaps, "recomputes": recomputes}
+    return {**report, "swaps": swaps, "recomputes": recomputes}
 
 
 # --------------------------------------------------------------------------- running

@@ -13,6 +13,7 @@ __all__ = [
     "HybridplanError",
     "InvalidArgumentError",
     "InvalidGraphError",
+    "PlanVersionError",
     "ShapeError",
     "UnsupportedGraphError",
 ]
@@ -64,3 +65,9 @@ class HostBudgetError(BudgetError):
 
 class InvalidArgumentError(HybridplanError, ValueError):
     """An argument is invalid (budget, device, options)."""
+
+
+class PlanVersionError(InvalidArgumentError):
+    """A saved plan in another version of the plan schema than this hybridplan reads
+    (``rust/core/src/schema.rs``; plans saved before versions existed carry none):
+    re-plan the step and save the new plan."""

@@ -7,7 +7,7 @@ import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
@@ -16,6 +16,10 @@ from ._args import parse_bytes
 from ._backend import workspace_rule
 from ._graphio import GraphLike, graph_bytes
 from .errors import BudgetError, InvalidArgumentError
+
+if TYPE_CHECKING:
+    from ._core import PlanReport, RecomputeDecision, SwapDecision
+    from .analysis import Analysis
 
 __all__ = [
     "HOST_RESERVE",
@@ -235,19 +239,23 @@ class Figures:
     pinned_bytes: int = 0
 
 
-def _figures(d: dict) -> Figures:
+def _figures(d: Mapping[str, Any]) -> Figures:
     return Figures(**{k: d[k] for k in Figures.__dataclass_fields__})
 
 
 class Plan:
     """A plan: every decision, and the predicted figures before and after.
 
-    ``report`` is the full dictionary (JSON-serialisable); ``swaps`` and
-    ``recomputes`` list the decisions with tensor names, bytes, trigger ops
-    and reasons; ``original`` and ``planned`` are :class:`Figures`.
+    ``report`` is the plan itself, in the plan schema (``rust/core/src/schema.rs``;
+    typed as ``PlanReport`` in ``hybridplan/_core.pyi``), JSON-serialisable: what
+    :meth:`save` writes, what :func:`hybridplan.rewrite` takes as it is. ``swaps``
+    and ``recomputes`` list the decisions with tensor names, bytes, trigger ops and
+    reasons; ``original`` and ``planned`` are :class:`Figures`.
     """
 
-    def __init__(self, report: dict, timelines: tuple | None = None, events: tuple | None = None):
+    def __init__(
+        self, report: PlanReport, timelines: tuple | None = None, events: tuple | None = None
+    ):
         self.report = report
         self._timelines = timelines
         self._events = events
@@ -271,8 +279,8 @@ class Plan:
     @property
     def host_budget(self) -> int | None:
         """The host memory budget planned under (bytes), ``None`` when unbounded."""
-        hb = self.report.get("host_budget")
-        return None if hb is None or hb >= 2**64 - 1 else hb
+        hb = self.report["host_budget"]
+        return None if hb >= 2**64 - 1 else hb
 
     @property
     def host_peak_bytes(self) -> int:
@@ -286,10 +294,10 @@ class Plan:
 
     def host_timeline(self) -> tuple[np.ndarray, np.ndarray]:
         """(time in s, swapped bytes held in host memory) of the planned step."""
-        tl = self.report.get("host_timeline") or []
+        tl = self.report["host_timeline"]
         return (
-            np.array([t for t, _ in tl], dtype=np.float64),
-            np.array([b for _, b in tl], dtype=np.uint64),
+            np.array(tl["time_s"], dtype=np.float64),
+            np.array(tl["bytes"], dtype=np.uint64),
         )
 
     @property
@@ -311,11 +319,11 @@ class Plan:
         )
 
     @property
-    def swaps(self) -> list[dict]:
+    def swaps(self) -> list[SwapDecision]:
         return self.report["swaps"]
 
     @property
-    def recomputes(self) -> list[dict]:
+    def recomputes(self) -> list[RecomputeDecision]:
         return self.report["recomputes"]
 
     @property
@@ -335,41 +343,6 @@ class Plan:
             raise InvalidArgumentError("a plan loaded from JSON carries no events; re-plan it")
         return self._events
 
-    def rewrite_spec(self) -> dict:
-        """The decisions in the form ``hybridplan.rewrite`` takes (GraphDef node indices)."""
-        return {
-            "swaps": [
-                {
-                    "node": s["node"],
-                    "output": s["output"],
-                    "after": s["after"],
-                    # The node that gets the control edge: the gate (the release
-                    # node or a variable read feeding it, plan/release.rs); plans
-                    # saved before gates existed name only the release node.
-                    "release": _first(s["gate"] if "gate" in s else s.get("release")),
-                    "ins": [
-                        {"trigger": t, "consumers": c, "clone_consumers": cc}
-                        for t, _, c, cc in s["ins"]
-                    ],
-                }
-                for s in self.swaps
-            ],
-            "recomputes": [
-                {
-                    "nodes": r["nodes"],
-                    "trigger": r["trigger"],
-                    "consumers": r["consumers"],
-                    "clone_consumers": r["clone_consumers"],
-                    # What the rewrite gates and how many readers each cloned output
-                    # had (absent from plans saved before: the rewrite then finds both
-                    # in the graph).
-                    "inputs": r.get("inputs"),
-                    "readers": r.get("readers"),
-                }
-                for r in self.recomputes
-            ],
-        }
-
     def to_json(self) -> str:
         return json.dumps(self.report, indent=1, sort_keys=True)
 
@@ -381,28 +354,30 @@ class Plan:
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> Plan:
-        """Reads a plan written by :meth:`save`."""
+        """Reads a plan written by :meth:`save`.
+
+        Raises:
+            PlanVersionError: the plan is in another version of the plan schema
+                (saved by another hybridplan): re-plan the step.
+            InvalidArgumentError: the file cannot be read or holds no plan.
+        """
         try:
-            report = json.loads(Path(path).read_bytes().decode("utf-8"))
+            text = Path(path).read_bytes().decode("utf-8")
         except OSError as e:
             raise InvalidArgumentError(f"cannot load a plan from {path}: {e.strerror}") from None
-        except (UnicodeDecodeError, ValueError, RecursionError) as e:
+        except UnicodeDecodeError as e:
             raise InvalidArgumentError(
-                f"{path} is not a plan: not valid JSON ({e}); pass a file written by "
-                "Plan.save or `hybridplan plan --json`"
+                f"{path} is not a plan: not valid JSON (not UTF-8 text: {e}); pass a file "
+                "written by Plan.save or `hybridplan plan --json`"
             ) from None
-        missing = _missing_plan_keys(report)
-        if missing:
-            raise InvalidArgumentError(
-                f"{path} is not a complete hybridplan plan (missing or malformed: "
-                f"{', '.join(missing)}); pass a file written by Plan.save or "
-                "`hybridplan plan --json`"
-            )
-        return cls(report)
+        try:
+            return cls(_core.load_plan(text))
+        except InvalidArgumentError as e:
+            raise type(e)(f"{path}: {e}") from None
 
     def __repr__(self) -> str:
         o, p = self.original, self.planned
-        asked = self.report.get("strategy_requested", self.strategy)
+        asked = self.report["strategy_requested"]
         if self.is_empty:
             return (
                 f"Plan({asked!r}: the step already fits, peak {_size(o.peak_bytes)} within the "
@@ -417,33 +392,8 @@ class Plan:
         )
 
 
-def _missing_plan_keys(report: Any) -> list[str]:
-    """Keys a saved plan must have, with the right types, that ``report`` lacks."""
-    if not isinstance(report, dict):
-        return ["a JSON object at the top level"]
-    out = [
-        k
-        for k, t in (
-            ("strategy", str),
-            ("budget", int),
-            ("swaps", list),
-            ("recomputes", list),
-            ("original", dict),
-            ("planned", dict),
-        )
-        if not isinstance(report.get(k), t)
-    ]
-    fields = set(Figures.__dataclass_fields__)
-    out += [
-        f"{k} figures"
-        for k in ("original", "planned")
-        if isinstance(report.get(k), dict) and not fields <= set(report[k])
-    ]
-    return out
-
-
 def plan(
-    graph: GraphLike,
+    graph: GraphLike | Analysis,
     budget: Any = "auto",
     *,
     strategy: str = "hybrid",
@@ -466,7 +416,12 @@ def plan(
     """Plans which tensors to swap and which sub-graphs to recompute.
 
     Args:
-        graph: a ``GraphDef``, its bytes, a ``.pb``/``.pbtxt`` path or a traced step.
+        graph: a ``GraphDef``, its bytes, a ``.pb``/``.pbtxt`` path, a traced step, or
+            an :class:`~hybridplan.analysis.Analysis` from :func:`hybridplan.analyze`:
+            that graph decoded once, with its build options (``loss``,
+            ``persistent_bytes``, ``separate_buffers``, ``workspace``,
+            ``workspace_profile``, which are then not given here), for planning
+            one graph several times.
         budget: device bytes the step may use, persistent bytes included:
             an int, a string such as ``"16GiB"``, or ``"auto"`` (the device's
             memory less a reserve).
@@ -568,32 +523,77 @@ def plan(
     nbytes = _budget(budget, dev)
     tflms_args = _args.tflms_params(tflms)
     host = _host_budget(host_budget, dev)
-    data, traced_loss = graph_bytes(graph)
-    rule = workspace_rule(workspace, dev)
+    source, build = _source(
+        graph,
+        dev,
+        loss=loss,
+        persistent_bytes=persistent_bytes,
+        separate_buffers=separate_buffers,
+        workspace=workspace,
+        workspace_profile=workspace_profile,
+    )
     core = _core.plan(
-        data,
+        source,
         nbytes,
         strategy=strategy,
         device=name,
         device_json=device_json,
-        loss=loss or traced_loss,
-        persistent_bytes=persistent_bytes,
         min_bytes=min_bytes,
         profile=profile_items,
         tflms=tflms_args,
         select=select if any(select) else None,
-        separate_buffers=separate_buffers,
-        workspace=rule,
-        workspace_profile=workspace_overrides(workspace_profile),
         host_budget=host,
+        **build,
     )
-    report = json.loads(core.report_json)
-    report["workspace"] = rule
-    return Plan(report, (core.timeline(0), core.timeline(1)), core.events())
+    return Plan(core.report(), (core.timeline(0), core.timeline(1)), core.events())
+
+
+def _source(
+    graph: Any,
+    dev: dict | None,
+    *,
+    loss: str | None,
+    persistent_bytes: int | None,
+    separate_buffers: bool,
+    workspace: str | None,
+    workspace_profile: Mapping[str, int] | None,
+) -> tuple[Any, dict]:
+    """What the core's planning functions take: an analysis as it is (its build options
+    are its own: giving others is an error), or the graph's bytes and the build options
+    (``workspace`` resolved for the device model ``dev``)."""
+    from .analysis import Analysis
+
+    if isinstance(graph, Analysis):
+        given = [
+            k
+            for k, v in (
+                ("loss", loss),
+                ("persistent_bytes", persistent_bytes),
+                ("separate_buffers", separate_buffers),
+                ("workspace_profile", workspace_profile),
+            )
+            if v
+        ]
+        if workspace not in (None, "auto"):
+            given.append("workspace")
+        if given:
+            raise InvalidArgumentError(
+                f"{', '.join(given)}: an Analysis holds its build options; pass them to "
+                "hybridplan.analyze instead"
+            )
+        return graph._core, {}
+    data, traced_loss = graph_bytes(graph)
+    return data, {
+        "loss": loss or traced_loss,
+        "persistent_bytes": persistent_bytes,
+        "separate_buffers": separate_buffers,
+        "workspace": workspace_rule(workspace, dev),
+        "workspace_profile": workspace_overrides(workspace_profile),
+    }
 
 
 def _optimal(
-    graph: GraphLike,
+    graph: GraphLike | Analysis,
     budget: Any,
     device: str | dict | os.PathLike,
     loss: str | None,
@@ -612,24 +612,30 @@ def _optimal(
 
     name, device_json, dev = _device_args(device)
     nbytes = _budget(budget, dev)
-    data, traced_loss = graph_bytes(graph)
-    common = dict(
-        device=name,
-        device_json=device_json,
-        loss=loss or traced_loss,
+    # One decode: the formulation's model (one buffer per output), and the caller's
+    # model from it, scheduled again without decoding (CoreAnalysis.with_separate_buffers).
+    source, build = _source(
+        graph,
+        None,
+        loss=loss,
         persistent_bytes=persistent_bytes,
-        profile=profile,
+        separate_buffers=False,
+        workspace=None,
+        workspace_profile=None,
     )
-    problem = json.loads(
-        _core.export_problem(data, min_bytes=min_bytes, separate_buffers=True, **common)
-    )
-    common["separate_buffers"] = separate_buffers
+    if build:  # bytes: analysed here, as the solver's model needs no workspace
+        source = _core.analyze(source, **{**build, "separate_buffers": True})
+    else:
+        source = source.with_separate_buffers(True)
+    judged = source if separate_buffers else source.with_separate_buffers(False)
+    common: dict[str, Any] = dict(device=name, device_json=device_json, profile=profile)
+    problem = json.loads(_core.export_problem(source, min_bytes=min_bytes, **common))
     try:
         chosen, figures = optimal.solve_problem(problem, nbytes, time_limit)
     except BudgetError as e:
-        raise _with_best_peak(e, data, nbytes, min_bytes, common) from None
-    core = _core.simulate_plan(data, json.dumps(chosen), nbytes, OPTIMAL, **common)
-    report = json.loads(core.report_json)
+        raise _with_best_peak(e, judged, nbytes, min_bytes, common) from None
+    core = _core.simulate_plan(judged, json.dumps(chosen), nbytes, OPTIMAL, **common)
+    report = core.report()
     if report["planned"]["peak_bytes"] > nbytes:
         raise BudgetError(  # the model's memory is an upper bound: never expected
             f"the optimal plan peaks at {report['planned']['peak_bytes']} bytes in the "
@@ -640,19 +646,19 @@ def _optimal(
         )
     if not chosen["swaps"] and not chosen["recomputes"]:
         report["strategy"] = "none"
-    report["optimal"] = figures | {"separate_buffers": True}
+    report["optimal"] = cast("Any", figures | {"separate_buffers": True})
     return Plan(report, (core.timeline(0), core.timeline(1)), core.events())
 
 
 def _with_best_peak(
-    e: BudgetError, data: bytes, budget: int, min_bytes: int, common: dict
+    e: BudgetError, judged: Any, budget: int, min_bytes: int, common: dict
 ) -> BudgetError:
     """The exact formulation is infeasible: ``best_peak`` from the heuristics."""
     try:
-        core = _core.plan(data, budget, strategy="hybrid", min_bytes=min_bytes, **common)
+        core = _core.plan(judged, budget, strategy="hybrid", min_bytes=min_bytes, **common)
     except BudgetError as h:
         return BudgetError(str(e), budget, h.best_peak, h.strategy)
-    peak = json.loads(core.report_json)["planned"]["peak_bytes"]
+    peak = core.report()["planned"]["peak_bytes"]
     return BudgetError(
         f"{e} (strategy='hybrid' fits with a peak of {peak} bytes: its plan lies outside "
         "the exact formulation's plan space, see docs/optimality.md)",
@@ -667,8 +673,3 @@ def _size(n: int) -> str:
     from .report import fmt_size
 
     return fmt_size(n)
-
-
-def _first(pair: Any) -> Any:
-    """The node index of a ``(index, name)`` pair, or None."""
-    return pair[0] if pair else None

@@ -85,7 +85,7 @@ def replay(
         persistent_bytes=persistent_bytes,
         profile=sorted(profile.items()) if profile else None,
         separate_buffers=separate_buffers,
-        workspace=plan.report.get("workspace"),  # the rule the plan was made with
+        workspace=plan.report["workspace"],  # the rule the plan was made with
     )
     return json.loads(text)
 

@@ -136,7 +136,7 @@ def memory_figure(plan: Plan, measured: tuple[np.ndarray, np.ndarray] | None = N
     ax.set_xlabel(f"predicted time in the step on {plan.report['device']} (ms)")
     ax.set_ylabel(f"device memory ({unit})")
     ax.set_title(
-        f"device memory, {plan.report.get('strategy_requested', plan.strategy)} plan "
+        f"device memory, {plan.report['strategy_requested']} plan "
         f"on {plan.report['device']} (predicted)"
     )
     ax.legend(loc="upper left", fontsize=8)

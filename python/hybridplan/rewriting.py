@@ -1,12 +1,16 @@
 """Write a swap / recompute plan into a training-step GraphDef as real TensorFlow ops.
 
-The plan comes from the planner as a dict whose integers are GraphDef node indices
-(positions in ``graph_def.node``)::
+The plan is the planner's report as it is (``Plan.report``, or the :class:`Plan`): the
+plan schema of ``rust/core/src/schema.rs`` (``PlanReport`` in ``_core.pyi``), whose
+integers are GraphDef node indices (positions in ``graph_def.node``). The rewrite reads
+these fields of it (a hand-written plan may give only these; ``output`` defaults to 0,
+``after`` to ``node``)::
 
-    {"swaps": [{"node": p, "output": k, "after": a, "release": r,
+    {"swaps": [{"node": p, "output": k, "after": a, "gate": {"node": r} or None,
                 "ins": [{"trigger": t, "consumers": [...], "clone_consumers": [...]}]}],
      "recomputes": [{"nodes": [...], "trigger": t, "consumers": [...],
-                     "clone_consumers": [...]}]}
+                     "clone_consumers": [...], "inputs": [{"node": p, "output": k}],
+                     "readers": [{"node": v, "output": k, "reads": n}]}]}
 
 What is inserted (semantics of ``rust/core/src/plan.rs``):
 
@@ -15,11 +19,11 @@ What is inserted (semantics of ``rust/core/src/plan.rs``):
   ``j`` adds a swap-in node ``<producer><pad><prefix>/swap_in/<i>_<j>`` on the device that
   reads the swap-out and has a control input from ``trigger``. Every input slot of a
   node in ``consumers`` that reads ``p:k`` is rewired to the swap-in; the clones of the
-  nodes in ``clone_consumers`` read it too. When ``release`` is given (not None), node
+  nodes in ``clone_consumers`` read it too. When ``gate`` is given (not None), its node
   ``r`` gets a control input from the swap-out: the step does not move past it before
   the copy has ended, so the executor cannot run ahead while the original waits. (The
-  planner passes its *gate* here: the release node itself, or a variable read feeding
-  it, so that no op Grappler would fuse gets a control edge; see plan/release.rs.)
+  planner's gate is the release node itself, or a variable read feeding it, so that no
+  op Grappler would fuse gets a control edge; see plan/release.rs.)
 - **Recompute.** Every node of ``nodes`` is cloned as ``<name><pad><prefix>/recompute/<r>``
   (same op, attributes and device). A clone's input made inside the set reads the
   clone; one made outside reads the original tensor, unless a swap-in or an earlier
@@ -40,9 +44,9 @@ What is inserted (semantics of ``rust/core/src/plan.rs``):
   ``<prefix>/keep/<j>`` nodes (``Identity`` of it, waited for by a gate of its
   recompute) until it has ``min(readers before, 2)`` again: the remapper fuses an op
   into its consumer only when its output has one reader, and the rewritten step must
-  fuse (and round) as the original does. A recompute's ``inputs`` (``[producer,
-  output]``) and ``readers`` (``[node, output, reads]``), which the core writes, say
-  what the gates and keepers need; without them one pass over the graph finds it.
+  fuse (and round) as the original does. A recompute's ``inputs`` and ``readers``,
+  which the core writes, say what the gates and keepers need; a hand-written plan
+  without them costs one pass over the graph.
 
 **Names.** A node that takes an original tensor's place in some node's inputs (swap-in,
 clone, gate) is named after the tensor's producer, ``<producer><pad><tag>``: Grappler
@@ -73,7 +77,7 @@ Targets (swap op, device, host):
 
 Example::
 
-    plan = {"swaps": [{"node": 47, "output": 0, "after": 50,
+    plan = {"swaps": [{"node": 47, "output": 0, "after": 50, "gate": None,
                        "ins": [{"trigger": 190, "consumers": [196]}]}], "recomputes": []}
     out = rewrite_with_summary(traced.graph_def, plan, target="cpu-emulation")
     step = compile_step(traced, out.graph_def)
@@ -85,11 +89,14 @@ from __future__ import annotations
 import functools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from . import _args, _core
 from .errors import InvalidArgumentError, UnsupportedGraphError
 from .inlining import inlined, maybe_inline
+
+if TYPE_CHECKING:
+    from .planning import Plan
 
 __all__ = ["TARGETS", "RewriteSummary", "Rewritten", "Target", "rewrite", "rewrite_with_summary"]
 
@@ -185,7 +192,7 @@ class Rewritten:
 
 def rewrite(
     graph_def: Any,
-    plan: Mapping[str, Any],
+    plan: Mapping[str, Any] | Plan,
     target: str = "gpu",
     device: str | None = None,
     host: str | None = None,
@@ -201,7 +208,7 @@ def rewrite(
 
 def rewrite_with_summary(
     graph_def: Any,
-    plan: Mapping[str, Any],
+    plan: Mapping[str, Any] | Plan,
     target: str = "gpu",
     device: str | None = None,
     host: str | None = None,
@@ -215,8 +222,8 @@ def rewrite_with_summary(
             result is the only parsed copy: what :func:`hybridplan.apply` passes); never
             modified. Its function calls are inlined first, as the planner inlined them
             (:mod:`hybridplan.inlining`): the result is the inlined graph, rewritten.
-        plan: ``{"swaps": [...], "recomputes": [...]}`` with GraphDef node indices
-            (see the module docstring).
+        plan: a :class:`~hybridplan.planning.Plan` or its ``report`` (the plan
+            schema), or a dict with the fields the module docstring lists.
         target: ``"gpu"`` or ``"cpu-emulation"`` (swap op and default devices).
         device: the accelerator device string; the target's default when None.
         host: the host device string; the target's default when None.
@@ -256,7 +263,7 @@ def rewrite_with_summary(
             f"graph_def must be a tf GraphDef or its serialized bytes, got "
             f"{type(graph_def).__name__}"
         )
-    _args.rewrite_spec(plan)
+    plan = _args.rewrite_spec(getattr(plan, "report", plan))
     spec = TARGETS[target]
     # A plan's node indices are those of the graph the planner read: calls inlined.
     # The writer edits its own copy in place: one copy of the graph, or one parse.
@@ -515,10 +522,10 @@ class _Writer:
         control = [self.name(after)] if after != p else []
         self.add_copy(out_name, self.spec.swap_out_op, self.host, source, control, (p, k, dtype))
         self.swap_out.append(out_name)
-        release = swap.get("release")
-        if release is not None:
-            # The release node waits for the copy (plan/release.rs in the core).
-            r = self.index(release, f"swaps[{i}].release")
+        gate = swap.get("gate")
+        if gate is not None:
+            # The release node (or its gate) waits for the copy (plan/release.rs).
+            r = self.index(gate["node"], f"swaps[{i}].gate.node")
             self.changing(r).input.append(f"^{out_name}")
         for j, entry in enumerate(swap.get("ins", ())):
             where = f"swaps[{i}].ins[{j}]"
@@ -788,10 +795,17 @@ class _Writer:
                 for v in nodes
                 for k in range(len(self.dtypes(v)))
             ]
-        for p, k in inputs:
+            for p, k in inputs:
+                self.producer[_tensor(self.name(p), k)] = (p, k)
+            for v, k, n in readers:
+                self.reads_before.setdefault(_tensor(self.name(v), k), (v, k, n))
+            return
+        for t in inputs:
+            p, k = t["node"], t["output"]
             self.producer[_tensor(self.name(p), k)] = (p, k)
-        for v, k, n in readers:
-            self.reads_before.setdefault(_tensor(self.name(v), k), (v, k, n))
+        for r in readers:
+            v, k = r["node"], r["output"]
+            self.reads_before.setdefault(_tensor(self.name(v), k), (v, k, r["reads"]))
 
     def index_of(self) -> dict[str, int]:
         """Node name -> index, built once, only for plans that do not carry what

@@ -183,7 +183,7 @@ def trial(
         planned=new,
         same_losses=_equal(base.losses, new.losses),
         same_weights=_equal(base.weights, new.weights),
-        workspace=r.plan.report.get("workspace", "none"),
+        workspace=r.plan.report["workspace"] or "none",
         predicted_scratch=a.workspace_peak_bytes,
         fraction=f,
         note=note,

@@ -11,12 +11,18 @@
 //! those of `SynthKind::name` (`narrow:1e5`, `transformer:1e4`, ...). With no arguments: mixed 10^4, 10^5, 10^6 and dag 10^4, 10^5, each with
 //! the strategies tflms, swap, recompute, chen, hybrid-paper and hybrid under
 //! the persistent bytes plus half the activation peak (as `benches/plan.rs`).
+//!
+//! The digest hashes a canonical text of the report (`canonical` below: each
+//! field written by name, floats by their bits), not its JSON, so that a
+//! change of the report's serialised shape (the plan schema) leaves it as it
+//! was while every decision and figure is the same.
 
+use std::fmt::Write as _;
 use std::hash::{Hash, Hasher};
 use std::time::Instant;
 
 use hybridplan_core::analyze;
-use hybridplan_core::api::plan_analysis;
+use hybridplan_core::api::{plan_analysis, Figures, PlanReport};
 use hybridplan_core::build::BuildOptions;
 use hybridplan_core::device::preset;
 use hybridplan_core::plan::planner::{PlanOptions, Strategy};
@@ -49,6 +55,95 @@ impl Hasher for Fnv {
             self.0 = (self.0 ^ u64::from(*b)).wrapping_mul(0x100_0000_01b3);
         }
     }
+}
+
+/// The figures as `name=value` fields, floats by their bits.
+fn figures(out: &mut String, f: &Figures) {
+    let _ = write!(
+        out,
+        "peak={} step={:x} compute={:x} recompute={:x} stall={:x} d2h={} h2d={} swaps={} swap_ins={} clones={} host_peak={} pinned={}",
+        f.peak_bytes,
+        f.step_time_s.to_bits(),
+        f.compute_time_s.to_bits(),
+        f.recompute_time_s.to_bits(),
+        f.stall_time_s.to_bits(),
+        f.bytes_d2h,
+        f.bytes_h2d,
+        f.swaps,
+        f.swap_ins,
+        f.clones,
+        f.host_peak_bytes,
+        f.pinned_bytes
+    );
+}
+
+/// Every field of the report but the evaluation count, one decision a line,
+/// in an order and form independent of how the report is serialised.
+fn canonical(r: &PlanReport) -> String {
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        "strategy={}/{} device={} budget={} persistent={} nodes={} loss={:?} unknown={:?} options={}/{} host_budget={}",
+        r.strategy_requested,
+        r.strategy,
+        r.device,
+        r.budget,
+        r.persistent_bytes,
+        r.num_nodes,
+        r.loss,
+        r.unknown_ops,
+        r.swap_options,
+        r.recompute_options,
+        r.host_budget
+    );
+    s.push_str("original ");
+    figures(&mut s, &r.original);
+    s.push_str("\nplanned ");
+    figures(&mut s, &r.planned);
+    s.push('\n');
+    for w in &r.swaps {
+        let _ = write!(
+            s,
+            "swap {} {}:{} bytes={} after={} reason={:?}",
+            w.tensor, w.node, w.output, w.bytes, w.after, w.reason
+        );
+        for i in &w.ins {
+            let _ = write!(
+                s,
+                " in({} {} {:?} {:?})",
+                i.trigger, i.trigger_name, i.consumers, i.clone_consumers
+            );
+        }
+        for (what, at) in [("release", &w.release), ("gate", &w.gate)] {
+            if let Some(at) = at {
+                let _ = write!(s, " {what}={} {}", at.node, at.name);
+            }
+        }
+        s.push('\n');
+    }
+    for c in &r.recomputes {
+        let _ = writeln!(
+            s,
+            "recompute {:?} {:?} trigger={} {} consumers={:?} clones={:?} inputs={:?} readers={:?} reason={:?}",
+            c.nodes,
+            c.names,
+            c.trigger,
+            c.trigger_name,
+            c.consumers,
+            c.clone_consumers,
+            c.inputs.iter().map(|t| [t.node, t.output]).collect::<Vec<_>>(),
+            c.readers
+                .iter()
+                .map(|t| [t.node, t.output, t.reads])
+                .collect::<Vec<_>>(),
+            c.reason
+        );
+    }
+    let tl = &r.host_timeline;
+    for (t, b) in tl.time_s.iter().zip(&tl.bytes) {
+        let _ = write!(s, "{:x}:{b} ", t.to_bits());
+    }
+    s
 }
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -95,11 +190,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             let out = out.ok_or("no run")?;
             match out {
                 Ok(o) => {
-                    let mut r = o.report.clone();
+                    let r = &o.report;
                     let evals = r.evaluations;
-                    r.evaluations = 0;
                     let mut h = Fnv(0xcbf2_9ce4_8422_2325);
-                    serde_json::to_string(&r)?.hash(&mut h);
+                    canonical(r).hash(&mut h);
                     format!("{:?}", o.plan).hash(&mut h);
                     println!(
                         "{arg} {:<12} {:016x} evals {evals} peak {} step {:.9} swaps {} recomputes {} ({ms:.0} ms)",

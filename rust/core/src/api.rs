@@ -1,12 +1,15 @@
-//! The whole planning pipeline in one call: decode, build, schedule,
-//! liveness, cost, plan, simulate; and the report the Python side reads.
+//! The whole planning pipeline in one call, as named phases (one function
+//! each, in this order in [`plan_analysis`]): validate the request, op
+//! times, check there is something to plan, the judge (one simulation
+//! layout), the planner's search, release placement and the re-simulation,
+//! the final budget checks, the report (the plan schema, `schema.rs`).
+//! [`plan_bytes`] decodes and analyses first.
 //!
 //! # Complexity
 //! The sum of the phases': O(bytes + E log E + N log N) plus the planner's
 //! bounded rounds of simulation.
 
-use rustc_hash::FxHashSet;
-use serde::{Deserialize, Serialize};
+use std::cell::RefCell;
 
 use crate::build::BuildOptions;
 use crate::device::DeviceModel;
@@ -15,121 +18,13 @@ use crate::graph::Graph;
 use crate::plan::options::Ctx;
 use crate::plan::planner::{PlanOptions, Planned, Planner};
 use crate::plan::Plan;
+use crate::schema::{recompute_decisions, swap_decisions, PLAN_SCHEMA_VERSION};
+pub use crate::schema::{
+    Figures, NodeRef, PlanReport, ReadCount, RecomputeDecision, SwapDecision, SwapInDecision,
+    TensorRef,
+};
 use crate::simulate::{Detail, SimResult, Simulator};
 use crate::Analysis;
-
-/// Predicted figures of one step.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-pub struct Figures {
-    pub peak_bytes: u64,
-    pub step_time_s: f64,
-    pub compute_time_s: f64,
-    pub recompute_time_s: f64,
-    /// Time the compute stream waited for transfers.
-    pub stall_time_s: f64,
-    pub bytes_d2h: u64,
-    pub bytes_h2d: u64,
-    pub swaps: usize,
-    pub swap_ins: usize,
-    pub clones: usize,
-    /// Most swapped bytes held in host memory at once (`host.rs`).
-    #[serde(default)]
-    pub host_peak_bytes: u64,
-    /// The pinned host memory that needs on a GPU (`host.rs`).
-    #[serde(default)]
-    pub pinned_bytes: u64,
-}
-
-impl Figures {
-    pub(crate) fn of(g: &Graph, sim: &SimResult, plan: &Plan) -> Self {
-        let host = crate::host::host_memory(g, plan, sim);
-        Figures {
-            host_peak_bytes: host.peak_bytes,
-            pinned_bytes: host.pinned_bytes,
-            peak_bytes: sim.peak_bytes,
-            step_time_s: sim.step_time_s,
-            compute_time_s: sim.compute_time_s,
-            recompute_time_s: sim.recompute_time_s,
-            stall_time_s: sim.stall_time_s,
-            bytes_d2h: sim.bytes_d2h,
-            bytes_h2d: sim.bytes_h2d,
-            swaps: plan.swaps.len(),
-            swap_ins: plan.swaps.iter().map(|s| s.ins.len()).sum(),
-            clones: plan.recomputes.iter().map(|r| r.nodes.len()).sum(),
-        }
-    }
-}
-
-/// One swap, with names for people.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct SwapDecision {
-    pub tensor: String,
-    pub node: u32,
-    pub output: u32,
-    pub bytes: u64,
-    pub after: u32,
-    /// (trigger node, trigger name, consumers, clone consumers) per swap-in.
-    pub ins: Vec<(u32, String, Vec<u32>, Vec<u32>)>,
-    /// The node that waits for the swap-out (see `plan/release.rs`), and its name.
-    pub release: Option<(u32, String)>,
-    /// The node that gets the control edge from the swap-out (the release
-    /// node or a variable read feeding it), and its name.
-    pub gate: Option<(u32, String)>,
-    pub reason: String,
-}
-
-/// One recompute, with names for people.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct RecomputeDecision {
-    pub nodes: Vec<u32>,
-    pub names: Vec<String>,
-    pub trigger: u32,
-    pub trigger_name: String,
-    pub consumers: Vec<u32>,
-    pub clone_consumers: Vec<u32>,
-    pub reason: String,
-    /// Tensors the clones read from outside the recompute, `[producer node,
-    /// output]`, each once, in the order the clones first read them (the
-    /// rewrite gates them, so that it need not search the graph).
-    #[serde(default)]
-    pub inputs: Vec<[u32; 2]>,
-    /// Every output of the cloned nodes with its data reads in the whole
-    /// graph, `[node, output, reads]` (the rewrite keeps each tensor's
-    /// readers from dropping below what Grappler's fusion rules look at).
-    #[serde(default)]
-    pub readers: Vec<[u32; 3]>,
-}
-
-/// What a plan request returns.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct PlanReport {
-    pub strategy_requested: String,
-    pub strategy: String,
-    pub device: String,
-    pub budget: u64,
-    pub persistent_bytes: u64,
-    pub num_nodes: usize,
-    pub loss: Option<String>,
-    pub original: Figures,
-    pub planned: Figures,
-    pub swaps: Vec<SwapDecision>,
-    pub recomputes: Vec<RecomputeDecision>,
-    /// Op types the cost model knows only by bytes.
-    pub unknown_ops: Vec<String>,
-    pub evaluations: u32,
-    pub swap_options: usize,
-    pub recompute_options: usize,
-    /// The host budget planned under (bytes; `u64::MAX`: none).
-    #[serde(default = "no_host_budget")]
-    pub host_budget: u64,
-    /// The planned step's host memory over time (`host.rs`), `(s, bytes)`.
-    #[serde(default)]
-    pub host_timeline: Vec<(f64, u64)>,
-}
-
-fn no_host_budget() -> u64 {
-    u64::MAX
-}
 
 /// The report and both simulations (for timelines and pictures).
 pub struct Outcome {
@@ -154,7 +49,7 @@ pub fn op_times(
     Ok((costs.time_s, costs.unknown_ops))
 }
 
-/// Plans an analysed graph.
+/// Plans an analysed graph: the phases below, in order.
 ///
 /// # Errors
 /// [`PlanError::InvalidArgument`] for a bad budget or device,
@@ -165,89 +60,204 @@ pub fn plan_analysis(
     opts: &PlanOptions,
     profile: &[(u32, f64)],
 ) -> Result<Outcome> {
+    validate(a, dev, opts)?;
+    let costs = costs(a, dev, profile)?;
+    check_reducible(a, opts)?;
+    let sims = Sims::new(a, &costs.times, dev)?;
+    let mut searched = search(a, dev, opts, &costs.times, &sims)?;
+    let sim = place_releases(a, &sims, &mut searched.plan)?;
+    let judged = check_fits(a, opts, &searched, sim)?;
+    let report = report(a, dev, opts, &costs, &sims, &searched, &judged);
+    Ok(Outcome {
+        report,
+        original: sims.original,
+        planned: judged.sim,
+        plan: searched.plan,
+    })
+}
+
+/// Op times and the op types the cost model knows only by bytes.
+struct Costs {
+    times: Vec<f64>,
+    unknown_ops: Vec<String>,
+}
+
+/// The planner's answer.
+struct Searched {
+    plan: Plan,
+    strategy: String,
+    evaluations: u32,
+    /// Swap and recompute options considered.
+    options: (usize, usize),
+}
+
+/// The final plan's simulation and host memory.
+struct Judged {
+    sim: SimResult,
+    host: crate::host::HostMemory,
+}
+
+/// Phase 1, the request: a valid device, a positive budget, a graph the
+/// planner can plan ([`check_supported`]).
+fn validate(a: &Analysis, dev: &DeviceModel, opts: &PlanOptions) -> Result<()> {
     dev.validate()?;
     if opts.budget == 0 {
         return Err(PlanError::InvalidArgument(
             "the budget must be a positive number of bytes".into(),
         ));
     }
-    check_supported(&a.graph)?;
+    check_supported(&a.graph)
+}
+
+/// Phase 2, op times: the cost model's, or the measured profile's.
+fn costs(a: &Analysis, dev: &DeviceModel, profile: &[(u32, f64)]) -> Result<Costs> {
     let (times, unknown_ops) = op_times(&a.graph, dev, profile)?;
+    Ok(Costs { times, unknown_ops })
+}
+
+/// Phase 3: a graph without a backward pass that does
+/// not fit has nothing to plan; say so rather than search for swaps that
+/// cannot exist.
+fn check_reducible(a: &Analysis, opts: &PlanOptions) -> Result<()> {
     if !a.graph.phase.contains(&crate::graph::Phase::Backward)
         && a.liveness.peak_bytes > opts.budget
     {
-        // Nothing to plan: say so rather than search for swaps that cannot exist.
         return Err(PlanError::NoBackward {
             peak: a.liveness.peak_bytes,
             budget: opts.budget,
         });
     }
-    let ctx = Ctx::new(a, &times, dev);
-    // One simulator (one layout of the graph, one set of working arrays)
-    // serves every simulation below.
-    let sim = std::cell::RefCell::new(Simulator::new(&a.graph, &a.schedule, &times, dev)?);
-    let full = |p: &Plan| sim.borrow_mut().run(p, Detail::FULL);
-    let original = full(&Plan::default())?;
-    let judge = |p: &Plan| -> Result<SimResult> {
+    Ok(())
+}
+
+/// Phase 4, the judge: one layout of the graph and one set of working
+/// arrays serve every simulation of the request; the empty plan's full
+/// simulation is made once and answers the planner's first question.
+struct Sims<'a> {
+    sim: RefCell<Simulator<'a>>,
+    original: SimResult,
+}
+
+impl<'a> Sims<'a> {
+    fn new(a: &'a Analysis, times: &'a [f64], dev: &'a DeviceModel) -> Result<Self> {
+        let mut sim = Simulator::new(&a.graph, &a.schedule, times, dev)?;
+        let original = sim.run(&Plan::default(), Detail::FULL)?;
+        Ok(Sims {
+            sim: RefCell::new(sim),
+            original,
+        })
+    }
+
+    /// The full simulation of `p` (events and timeline).
+    fn full(&self, p: &Plan) -> Result<SimResult> {
+        self.sim.borrow_mut().run(p, Detail::FULL)
+    }
+
+    /// What the planner asks of a plan: its peak, step time and host peak
+    /// (a summary: no lists).
+    fn verdict(&self, p: &Plan) -> Result<SimResult> {
         if p.swaps.is_empty() && p.recomputes.is_empty() {
             // The planner judges the empty plan first: already simulated.
-            return Ok(original.to_summary());
+            return Ok(self.original.to_summary());
         }
-        sim.borrow_mut().run(p, Detail::Summary)
-    };
+        self.sim.borrow_mut().run(p, Detail::Summary)
+    }
+}
+
+/// Phase 5, the search: the strategy's planner (`plan/planner.rs`), every
+/// candidate plan judged by [`Sims::verdict`].
+fn search(
+    a: &Analysis,
+    dev: &DeviceModel,
+    opts: &PlanOptions,
+    times: &[f64],
+    sims: &Sims<'_>,
+) -> Result<Searched> {
+    let ctx = Ctx::new(a, times, dev);
+    let judge = |p: &Plan| sims.verdict(p);
     let planner = Planner::new(&ctx, opts, &judge)?;
     let planned: Planned = planner.run()?;
-    let mut plan = planned.plan;
-    let chosen = full(&plan)?;
-    let sim = if plan.swaps.is_empty() {
-        chosen // no release nodes to set: the same plan
-    } else {
-        crate::plan::release::set_releases(&a.graph, &a.schedule, &mut plan, &chosen);
-        full(&plan)?
-    };
+    Ok(Searched {
+        plan: planned.plan,
+        strategy: planned.strategy,
+        evaluations: planned.evaluations,
+        options: planner.num_options(),
+    })
+}
+
+/// Phase 6, release placement: each swap gets
+/// the node that waits for its copy (`plan/release.rs`), placed on the
+/// chosen plan's simulation, and the plan is simulated again with them.
+fn place_releases(a: &Analysis, sims: &Sims<'_>, plan: &mut Plan) -> Result<SimResult> {
+    let chosen = sims.full(plan)?;
+    if plan.swaps.is_empty() {
+        return Ok(chosen); // no release nodes to set: the same plan
+    }
+    crate::plan::release::set_releases(&a.graph, &a.schedule, plan, &chosen);
+    sims.full(plan)
+}
+
+/// Phase 7, the final judgement: the re-simulated plan within the device
+/// budget and, since the release nodes moved the copies, the host budget.
+fn check_fits(
+    a: &Analysis,
+    opts: &PlanOptions,
+    searched: &Searched,
+    sim: SimResult,
+) -> Result<Judged> {
     if sim.peak_bytes > opts.budget {
         return Err(PlanError::Budget {
             budget: opts.budget,
             best_peak: sim.peak_bytes,
-            strategy: planned.strategy,
+            strategy: searched.strategy.clone(),
             persistent_bytes: a.graph.persistent_bytes,
         });
     }
-    let host = crate::host::host_memory(&a.graph, &plan, &sim);
+    let host = crate::host::host_memory(&a.graph, &searched.plan, &sim);
     if host.peak_bytes > opts.host_budget {
-        // The release nodes moved the copies: the host peak is judged again.
         return Err(PlanError::HostBudget {
             host_budget: opts.host_budget,
             best_host_peak: host.peak_bytes,
             budget: opts.budget,
         });
     }
-    let (so, ro) = planner.num_options();
-    let report = PlanReport {
+    Ok(Judged { sim, host })
+}
+
+/// Phase 8, the report: the plan schema (`schema.rs`), names for people.
+fn report(
+    a: &Analysis,
+    dev: &DeviceModel,
+    opts: &PlanOptions,
+    costs: &Costs,
+    sims: &Sims<'_>,
+    searched: &Searched,
+    judged: &Judged,
+) -> PlanReport {
+    let g = &a.graph;
+    let plan = &searched.plan;
+    PlanReport {
+        schema_version: PLAN_SCHEMA_VERSION,
         strategy_requested: opts.strategy.name().into(),
-        strategy: planned.strategy.clone(),
+        strategy: searched.strategy.clone(),
         device: dev.name.clone(),
         budget: opts.budget,
-        persistent_bytes: a.graph.persistent_bytes,
-        num_nodes: a.graph.num_nodes(),
-        loss: (a.graph.loss != crate::graph::NONE).then(|| a.graph.tensor_name(a.graph.loss)),
-        original: Figures::of(&a.graph, &original, &Plan::default()),
-        planned: Figures::of(&a.graph, &sim, &plan),
-        swaps: swap_decisions(&a.graph, &plan),
-        recomputes: recompute_decisions(&a.graph, &plan, &times),
-        unknown_ops,
-        evaluations: planned.evaluations,
-        swap_options: so,
-        recompute_options: ro,
+        persistent_bytes: g.persistent_bytes,
+        num_nodes: g.num_nodes(),
+        loss: (g.loss != crate::graph::NONE).then(|| g.tensor_name(g.loss)),
+        workspace: None,
+        original: Figures::of(g, &sims.original, &Plan::default()),
+        planned: Figures::of(g, &judged.sim, plan),
+        swaps: swap_decisions(g, plan),
+        recomputes: recompute_decisions(g, plan, &costs.times),
+        unknown_ops: costs.unknown_ops.clone(),
+        evaluations: searched.evaluations,
+        swap_options: searched.options.0,
+        recompute_options: searched.options.1,
         host_budget: opts.host_budget,
-        host_timeline: host.timeline,
-    };
-    Ok(Outcome {
-        report,
-        original,
-        planned: sim,
-        plan,
-    })
+        host_timeline: judged.host.timeline.clone().into(),
+        optimal: None,
+    }
 }
 
 /// Control flow and function calls in the forward or backward pass hide
@@ -283,92 +293,6 @@ pub fn check_supported(g: &Graph) -> Result<()> {
         }
     }
     Ok(())
-}
-
-pub(crate) fn swap_decisions(g: &Graph, plan: &Plan) -> Vec<SwapDecision> {
-    plan.swaps
-        .iter()
-        .map(|s| {
-            let t = &g.tensors[s.tensor as usize];
-            SwapDecision {
-                tensor: g.tensor_name(s.tensor),
-                node: t.node,
-                output: t.index,
-                bytes: t.bytes,
-                after: s.after,
-                ins: s
-                    .ins
-                    .iter()
-                    .map(|i| {
-                        let name = g.nodes[i.trigger as usize].name.to_string();
-                        (i.trigger, name, i.consumers.clone(), i.clone_consumers.clone())
-                    })
-                    .collect(),
-                release: (s.release != crate::graph::NONE)
-                    .then(|| (s.release, g.nodes[s.release as usize].name.to_string())),
-                gate: (s.gate != crate::graph::NONE)
-                    .then(|| (s.gate, g.nodes[s.gate as usize].name.to_string())),
-                reason: format!(
-                    "{} bytes idle between reads; swapped out after its producer, back in after '{}'",
-                    t.bytes,
-                    s.ins.first().map(|i| g.nodes[i.trigger as usize].name.as_ref()).unwrap_or("")
-                ),
-            }
-        })
-        .collect()
-}
-
-pub(crate) fn recompute_decisions(g: &Graph, plan: &Plan, times: &[f64]) -> Vec<RecomputeDecision> {
-    plan.recomputes
-        .iter()
-        .map(|r| {
-            let t: f64 = r.nodes.iter().map(|&v| times[v as usize]).sum();
-            RecomputeDecision {
-                nodes: r.nodes.clone(),
-                names: r
-                    .nodes
-                    .iter()
-                    .map(|&v| g.nodes[v as usize].name.to_string())
-                    .collect(),
-                trigger: r.trigger,
-                trigger_name: g.nodes[r.trigger as usize].name.to_string(),
-                consumers: r.consumers.clone(),
-                clone_consumers: r.clone_consumers.clone(),
-                reason: format!(
-                    "{} op(s) re-run in {:.3e} s instead of keeping their outputs",
-                    r.nodes.len(),
-                    t
-                ),
-                inputs: outside_inputs(g, &r.nodes),
-                readers: r
-                    .nodes
-                    .iter()
-                    .flat_map(|&v| {
-                        g.outputs(v).map(move |t| {
-                            [v, t - g.out_off[v as usize], g.consumers(t).len() as u32]
-                        })
-                    })
-                    .collect(),
-            }
-        })
-        .collect()
-}
-
-/// The tensors `nodes` read from producers outside `nodes`: `[producer,
-/// output]`, each once, in first-read order. O(inputs of `nodes` * log).
-fn outside_inputs(g: &Graph, nodes: &[u32]) -> Vec<[u32; 2]> {
-    let inside: FxHashSet<u32> = nodes.iter().copied().collect();
-    let mut seen = FxHashSet::default();
-    let mut out = Vec::new();
-    for &v in nodes {
-        for &t in g.inputs(v) {
-            let p = g.tensors[t as usize].node;
-            if !inside.contains(&p) && seen.insert(t) {
-                out.push([p, t - g.out_off[p as usize]]);
-            }
-        }
-    }
-    out
 }
 
 /// Decodes, analyses and plans serialized `GraphDef` bytes.

@@ -63,6 +63,14 @@ pub enum PlanError {
     /// An argument given by the caller is invalid.
     #[error("invalid argument: {0}")]
     InvalidArgument(String),
+
+    /// A plan report of another plan-schema version than this core's
+    /// (`schema.rs`); `found` is none for plans saved before versions existed.
+    #[error("this plan is in plan-schema version {}, and this hybridplan reads version {expected} only: re-plan the step (hybridplan.plan, or `hybridplan plan --json`) and save the new plan", .found.as_deref().unwrap_or("1 (unversioned)"))]
+    PlanVersion {
+        found: Option<String>,
+        expected: u32,
+    },
 }
 
 fn fmt_cycle(nodes: &[String]) -> String {

@@ -16,12 +16,13 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::api::{op_times, Figures, PlanReport, RecomputeDecision, SwapDecision};
+use crate::api::op_times;
 use crate::device::DeviceModel;
 use crate::error::{PlanError, Result};
 use crate::graph::{Graph, NodeFlags, Phase, NONE};
 use crate::plan::candidates::swap_candidates;
 use crate::plan::Plan;
+use crate::schema::{Figures, PlanReport, RecomputeDecision, SwapDecision, PLAN_SCHEMA_VERSION};
 use crate::simulate::{Detail, SimResult, Simulator};
 use crate::Analysis;
 
@@ -203,6 +204,7 @@ pub fn evaluate(
     let planned = sim.run(plan, Detail::FULL)?;
     let (swaps, recomputes) = decisions(g, plan, &times);
     let report = PlanReport {
+        schema_version: PLAN_SCHEMA_VERSION,
         strategy_requested: strategy.into(),
         strategy: strategy.into(),
         device: dev.name.clone(),
@@ -210,6 +212,7 @@ pub fn evaluate(
         persistent_bytes: g.persistent_bytes,
         num_nodes: g.num_nodes(),
         loss: (g.loss != NONE).then(|| g.tensor_name(g.loss)),
+        workspace: None,
         original: Figures::of(g, &original, &Plan::default()),
         planned: Figures::of(g, &planned, plan),
         swaps,
@@ -219,7 +222,8 @@ pub fn evaluate(
         swap_options: 0,
         recompute_options: 0,
         host_budget: u64::MAX,
-        host_timeline: crate::host::host_memory(g, plan, &planned).timeline,
+        host_timeline: crate::host::host_memory(g, plan, &planned).timeline.into(),
+        optimal: None,
     };
     Ok(Evaluated {
         report,
@@ -240,11 +244,11 @@ pub fn plan_from_json(text: &str) -> Result<Plan> {
 /// The decisions of a plan written outside the core, for people: the
 /// planners' wording, with the reason saying who chose them.
 fn decisions(g: &Graph, plan: &Plan, times: &[f64]) -> (Vec<SwapDecision>, Vec<RecomputeDecision>) {
-    let mut sw = crate::api::swap_decisions(g, plan);
+    let mut sw = crate::schema::swap_decisions(g, plan);
     for d in &mut sw {
         d.reason = format!("{} bytes; chosen by the caller's plan", d.bytes);
     }
-    let mut rc = crate::api::recompute_decisions(g, plan, times);
+    let mut rc = crate::schema::recompute_decisions(g, plan, times);
     for d in &mut rc {
         d.reason = format!("{}; chosen by the caller's plan", d.reason);
     }

@@ -57,6 +57,7 @@ pub mod plan;
 pub mod reference;
 pub mod replay;
 pub mod schedule;
+pub mod schema;
 pub mod simulate;
 #[cfg(feature = "testing")]
 pub mod synth;

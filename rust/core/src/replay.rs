@@ -36,12 +36,13 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::api::{op_times, RecomputeDecision, SwapDecision};
+use crate::api::op_times;
 use crate::build::BuildOptions;
 use crate::device::DeviceModel;
 use crate::error::{PlanError, Result};
 use crate::graph::{Graph, NONE};
-use crate::plan::{Plan, Recompute, Swap, SwapIn};
+use crate::plan::Plan;
+use crate::schema::PlanReport;
 use crate::simulate::{stream_items, Detail, EventKind, Read, Simulator};
 use crate::Analysis;
 
@@ -200,16 +201,6 @@ pub struct ReplayEvent {
     pub swap_in: Option<u32>,
     pub start_s: f64,
     pub end_s: f64,
-}
-
-/// The parts of a plan report a replay needs (`PlanReport` and its saved
-/// JSON; other fields are ignored).
-#[derive(Deserialize)]
-struct ReportPlan {
-    strategy: String,
-    budget: u64,
-    swaps: Vec<SwapDecision>,
-    recomputes: Vec<RecomputeDecision>,
 }
 
 /// The replay of `plan` on the analysed graph `a`, predicted on `dev` with
@@ -457,69 +448,20 @@ fn place_events(
     Ok(out)
 }
 
-/// The plan of a plan report's JSON (as `PlanReport` serialises, or a plan
-/// saved by the Python `Plan.save`), with its strategy and budget.
+/// The plan of a plan report's JSON (the plan schema, `schema.rs`: a
+/// report made by the planner or saved by the Python `Plan.save`), with its
+/// strategy and budget.
 ///
 /// # Errors
+/// [`PlanError::PlanVersion`] for a plan of another schema version,
 /// [`PlanError::InvalidArgument`] when the JSON is not a plan report or
 /// names a node or output `g` lacks.
 ///
 /// # Complexity
 /// O(plan size).
 pub fn plan_from_report(g: &Graph, report_json: &str) -> Result<(Plan, String, u64)> {
-    let r: ReportPlan = serde_json::from_str(report_json).map_err(|e| {
-        PlanError::InvalidArgument(format!(
-            "the plan is not a hybridplan plan report ({e}): pass a plan made by hybridplan.plan or saved with Plan.save"
-        ))
-    })?;
-    let node = |v: u32| -> Result<u32> {
-        match (v as usize) < g.num_nodes() {
-            true => Ok(v),
-            false => Err(PlanError::InvalidArgument(format!(
-                "the plan names node {v}, but the graph has {} nodes: was it made for another graph?",
-                g.num_nodes()
-            ))),
-        }
-    };
-    let mut swaps = Vec::with_capacity(r.swaps.len());
-    for s in &r.swaps {
-        let outs = g.outputs(node(s.node)?);
-        let tensor = outs.start + s.output;
-        if tensor >= outs.end {
-            return Err(PlanError::InvalidArgument(format!(
-                "the plan swaps output {} of node {}, which has {} outputs: was it made for another graph?",
-                s.output,
-                s.node,
-                outs.len()
-            )));
-        }
-        swaps.push(Swap {
-            tensor,
-            after: s.after,
-            ins: s
-                .ins
-                .iter()
-                .map(|(trigger, _, consumers, clone_consumers)| SwapIn {
-                    trigger: *trigger,
-                    consumers: consumers.clone(),
-                    clone_consumers: clone_consumers.clone(),
-                })
-                .collect(),
-            release: s.release.as_ref().map_or(NONE, |r| r.0),
-            gate: s.gate.as_ref().map_or(NONE, |r| r.0),
-        });
-    }
-    let recomputes = r
-        .recomputes
-        .iter()
-        .map(|c| Recompute {
-            nodes: c.nodes.clone(),
-            trigger: c.trigger,
-            consumers: c.consumers.clone(),
-            clone_consumers: c.clone_consumers.clone(),
-        })
-        .collect();
-    Ok((Plan { swaps, recomputes }, r.strategy, r.budget))
+    let r = PlanReport::from_json(report_json)?;
+    Ok((r.plan(g)?, r.strategy, r.budget))
 }
 
 /// Decodes and analyses `GraphDef` bytes and writes the replay of the plan
@@ -535,9 +477,21 @@ pub fn replay_json(
     report_json: &str,
     profile: &[(u32, f64)],
 ) -> Result<String> {
-    let a = crate::analyze(bytes, build)?;
+    replay_analysis_json(&crate::analyze(bytes, build)?, dev, report_json, profile)
+}
+
+/// [`replay_json`] of an analysed graph.
+///
+/// # Errors
+/// As [`plan_from_report`] and [`replay`].
+pub fn replay_analysis_json(
+    a: &Analysis,
+    dev: &DeviceModel,
+    report_json: &str,
+    profile: &[(u32, f64)],
+) -> Result<String> {
     let (plan, strategy, budget) = plan_from_report(&a.graph, report_json)?;
-    let r = replay(&a, dev, &plan, profile, &strategy, budget)?;
+    let r = replay(a, dev, &plan, profile, &strategy, budget)?;
     serde_json::to_string(&r)
         .map_err(|e| PlanError::InvalidArgument(format!("cannot serialise the replay: {e}")))
 }

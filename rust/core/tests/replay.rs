@@ -225,14 +225,59 @@ fn json_round_trips_and_other_versions_are_refused() {
 
 #[test]
 fn a_report_for_another_graph_is_refused() {
+    use hybridplan_core::schema::{
+        Figures, HostTimeline, PlanReport, SwapDecision, PLAN_SCHEMA_VERSION,
+    };
     let a = step(SynthKind::Residual);
-    let bad = r#"{"strategy":"swap","budget":1,"recomputes":[],"swaps":[{"tensor":"x:0","node":999999,"output":0,"bytes":4,"after":0,"ins":[],"release":null,"gate":null,"reason":""}]}"#;
-    let e = replay::plan_from_report(&a.graph, bad)
+    let report = PlanReport {
+        schema_version: PLAN_SCHEMA_VERSION,
+        strategy_requested: "swap".into(),
+        strategy: "swap".into(),
+        device: "cpu".into(),
+        budget: 1,
+        persistent_bytes: 0,
+        num_nodes: 1,
+        loss: None,
+        workspace: None,
+        original: Figures::default(),
+        planned: Figures::default(),
+        swaps: vec![SwapDecision {
+            tensor: "x:0".into(),
+            node: 999_999,
+            output: 0,
+            bytes: 4,
+            after: 0,
+            ins: vec![],
+            release: None,
+            gate: None,
+            reason: String::new(),
+        }],
+        recomputes: vec![],
+        unknown_ops: vec![],
+        evaluations: 0,
+        swap_options: 0,
+        recompute_options: 0,
+        host_budget: u64::MAX,
+        host_timeline: HostTimeline::default(),
+        optimal: None,
+    };
+    let bad = serde_json::to_string(&report).unwrap();
+    let e = replay::plan_from_report(&a.graph, &bad)
         .unwrap_err()
         .to_string();
     assert!(e.contains("another graph"), "{e}");
-    let e = replay::plan_from_report(&a.graph, "{\"swaps\": 3}")
+    let e = replay::plan_from_report(&a.graph, "{\"schema_version\": 2, \"swaps\": 3}")
         .unwrap_err()
         .to_string();
-    assert!(e.contains("not a hybridplan plan report"), "{e}");
+    assert!(e.contains("not a complete hybridplan plan"), "{e}");
+    // A plan saved before the schema had a version: re-plan.
+    let e = replay::plan_from_report(&a.graph, "{\"swaps\": []}").unwrap_err();
+    assert!(
+        matches!(
+            e,
+            hybridplan_core::PlanError::PlanVersion { found: None, .. }
+        ),
+        "{e}"
+    );
+    assert!(e.to_string().contains("re-plan"), "{e}");
 }

@@ -27,14 +27,30 @@ fn run<T: Send>(py: Python<'_>, f: impl FnOnce() -> core::Result<T> + Send) -> P
     }
 }
 
-/// A graph with its schedule and liveness (the core's `Analysis`).
+/// A graph with its schedule and liveness (the core's `Analysis`), and the
+/// kernels' scratch rule it was built with. Every planning function takes
+/// one in place of the GraphDef bytes, so that a caller that plans, exports
+/// or simulates one graph several times decodes it once.
 #[pyclass(module = "hybridplan._core", frozen)]
 struct CoreAnalysis {
     inner: core::Analysis,
+    workspace: Option<String>,
 }
 
 #[pymethods]
 impl CoreAnalysis {
+    /// The same graph with one buffer per output (`separate_buffers`) or
+    /// TensorFlow's in-place forwarding: scheduled and analysed again, not
+    /// decoded again (the flag is the build's last step, `build::finish`).
+    fn with_separate_buffers(&self, py: Python<'_>, separate_buffers: bool) -> PyResult<Self> {
+        let mut graph = self.inner.graph.clone();
+        graph.separate_buffers = separate_buffers;
+        let inner = run(py, move || core::analyze_graph(graph))?;
+        Ok(CoreAnalysis {
+            inner,
+            workspace: self.workspace.clone(),
+        })
+    }
     #[getter]
     fn num_nodes(&self) -> usize {
         self.inner.graph.num_nodes()
@@ -196,10 +212,86 @@ fn analyze(
     )
     .map_err(|e| errors::to_py(py, e))?;
     let inner = run(py, move || core::analyze(data, &opts))?;
-    Ok(CoreAnalysis { inner })
+    Ok(CoreAnalysis { inner, workspace })
 }
 
-/// A planned step: the report as JSON and both predicted timelines.
+/// The graph of a planning function: serialized GraphDef bytes, decoded and
+/// analysed with the build options, or an analysis (`analyze`), which
+/// already holds them.
+struct Source<'a> {
+    analysis: Option<&'a CoreAnalysis>,
+    bytes: Option<&'a [u8]>,
+    build: BuildOptions,
+    workspace: Option<String>,
+}
+
+impl<'a> Source<'a> {
+    #[allow(clippy::too_many_arguments)]
+    fn new(
+        data: &'a Bound<'_, PyAny>,
+        loss: Option<String>,
+        persistent_bytes: Option<u64>,
+        separate_buffers: bool,
+        workspace: Option<String>,
+        workspace_profile: Option<Vec<(String, u64)>>,
+    ) -> PyResult<Self> {
+        let py = data.py();
+        if let Ok(a) = data.cast::<CoreAnalysis>() {
+            let given = loss.is_some()
+                || persistent_bytes.is_some()
+                || separate_buffers
+                || workspace.is_some()
+                || workspace_profile.is_some();
+            if given {
+                return Err(errors::to_py(py, core::PlanError::InvalidArgument(
+                    "the graph is an analysis, which holds its build options: give loss, persistent_bytes, separate_buffers, workspace and workspace_profile to analyze() instead".into(),
+                )));
+            }
+            let a: &'a CoreAnalysis = a.get();
+            return Ok(Source {
+                analysis: Some(a),
+                bytes: None,
+                build: BuildOptions::default(),
+                workspace: a.workspace.clone(),
+            });
+        }
+        let Ok(b) = data.cast::<pyo3::types::PyBytes>() else {
+            return Err(errors::to_py(
+                py,
+                core::PlanError::InvalidArgument(format!(
+                "the graph must be serialized GraphDef bytes or an analysis from analyze(), got {}",
+                data.get_type().name().map(|n| n.to_string()).unwrap_or_default()
+            )),
+            ));
+        };
+        let build = build_options(
+            loss,
+            persistent_bytes,
+            separate_buffers,
+            workspace.as_deref(),
+            workspace_profile,
+        )
+        .map_err(|e| errors::to_py(py, e))?;
+        Ok(Source {
+            analysis: None,
+            bytes: Some(b.as_bytes()),
+            build,
+            workspace,
+        })
+    }
+
+    /// Runs `f` on the analysis (made here from the bytes, or given).
+    fn with<T>(&self, f: impl FnOnce(&core::Analysis) -> core::Result<T>) -> core::Result<T> {
+        match (self.analysis, self.bytes) {
+            (Some(a), _) => f(&a.inner),
+            (None, Some(b)) => f(&core::analyze(b, &self.build)?),
+            (None, None) => unreachable!("a source holds bytes or an analysis"),
+        }
+    }
+}
+
+/// A planned step: the report (the plan schema, `core::schema`) and both
+/// predicted timelines.
 #[pyclass(module = "hybridplan._core", frozen)]
 struct CorePlan {
     report_json: String,
@@ -214,6 +306,11 @@ impl CorePlan {
     #[getter]
     fn report_json(&self) -> &str {
         &self.report_json
+    }
+    /// The plan report as a dict of the plan schema (`PlanReport` in the stub).
+    fn report<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        py.import("json")?
+            .call_method1("loads", (&self.report_json,))
     }
     /// (times in s, bytes in use) of the original (`which=0`) or planned (`which=1`) step.
     /// Stream events of the planned step: (kind, start s, end s) arrays.
@@ -267,13 +364,33 @@ fn split_timeline(tl: &[(f64, u64)]) -> (Vec<f64>, Vec<u64>) {
     tl.iter().copied().unzip()
 }
 
-/// Plans a serialized GraphDef under a budget.
+impl CorePlan {
+    /// The report, with the scratch rule planned with, and the simulations.
+    fn of(
+        mut report: core::schema::PlanReport,
+        workspace: Option<String>,
+        original: &core::simulate::SimResult,
+        planned: &core::simulate::SimResult,
+    ) -> core::Result<Self> {
+        report.workspace = workspace;
+        Ok(CorePlan {
+            report_json: serde_json::to_string(&report).map_err(json_error)?,
+            timelines: [
+                split_timeline(&original.timeline),
+                split_timeline(&planned.timeline),
+            ],
+            events: split_events(&planned.events),
+        })
+    }
+}
+
+/// Plans a graph (serialized GraphDef bytes or an analysis) under a budget.
 #[pyfunction]
 #[pyo3(signature = (data, budget, strategy="hybrid", device="v100-nvlink2", device_json=None, loss=None, persistent_bytes=None, min_bytes=65536, profile=None, tflms=None, select=None, separate_buffers=false, workspace=None, workspace_profile=None, host_budget=None))]
 #[allow(clippy::too_many_arguments)]
 fn plan(
     py: Python<'_>,
-    data: &[u8],
+    data: &Bound<'_, PyAny>,
     budget: u64,
     strategy: &str,
     device: &str,
@@ -289,18 +406,18 @@ fn plan(
     workspace_profile: Option<Vec<(String, u64)>>,
     host_budget: Option<u64>,
 ) -> PyResult<CorePlan> {
-    let build = build_options(
+    let src = Source::new(
+        data,
         loss,
         persistent_bytes,
         separate_buffers,
-        workspace.as_deref(),
+        workspace,
         workspace_profile,
-    )
-    .map_err(|e| errors::to_py(py, e))?;
+    )?;
     let strategy = strategy.to_string();
     let device = device.to_string();
     let profile = profile.unwrap_or_default();
-    let out = run(py, move || {
+    run(py, move || {
         let dev = device_of(&device, device_json.as_deref())?;
         let tflms = tflms.map(|(threshold, ahead, groupby)| TflmsParams {
             threshold,
@@ -326,20 +443,21 @@ fn plan(
             host_budget: host_budget.unwrap_or(u64::MAX),
             ..PlanOptions::default()
         };
-        let (_, o) = core::api::plan_bytes(data, &build, &dev, &opts, &profile)?;
-        let json = serde_json::to_string(&o.report).map_err(|e| {
-            core::PlanError::InvalidArgument(format!("cannot serialise the report: {e}"))
-        })?;
-        Ok(CorePlan {
-            report_json: json,
-            timelines: [
-                split_timeline(&o.original.timeline),
-                split_timeline(&o.planned.timeline),
-            ],
-            events: split_events(&o.planned.events),
-        })
+        let o = src.with(|a| core::api::plan_analysis(a, &dev, &opts, &profile))?;
+        CorePlan::of(o.report, src.workspace.clone(), &o.original, &o.planned)
+    })
+}
+
+/// Reads a saved plan's JSON: the plan schema of this core's version, or a
+/// typed error (`PlanVersionError` for another version: re-plan).
+#[pyfunction]
+fn load_plan<'py>(py: Python<'py>, text: &str) -> PyResult<Bound<'py, PyAny>> {
+    let text = text.to_string();
+    let json = run(py, move || {
+        let r = core::schema::PlanReport::from_json(&text)?;
+        serde_json::to_string(&r).map_err(json_error)
     })?;
-    Ok(out)
+    py.import("json")?.call_method1("loads", (json,))
 }
 
 /// The JSON of a device preset.
@@ -391,13 +509,13 @@ fn json_error(e: serde_json::Error) -> core::PlanError {
     core::PlanError::InvalidArgument(format!("cannot serialise to JSON: {e}"))
 }
 
-/// The planning problem of a serialized GraphDef as JSON (`core::export::problem`).
+/// The planning problem of a graph (bytes or an analysis) as JSON (`core::export::problem`).
 #[pyfunction]
 #[pyo3(signature = (data, device="v100-nvlink2", device_json=None, loss=None, persistent_bytes=None, min_bytes=65536, profile=None, separate_buffers=false, workspace=None, workspace_profile=None))]
 #[allow(clippy::too_many_arguments)]
 fn export_problem(
     py: Python<'_>,
-    data: &[u8],
+    data: &Bound<'_, PyAny>,
     device: &str,
     device_json: Option<String>,
     loss: Option<String>,
@@ -408,21 +526,20 @@ fn export_problem(
     workspace: Option<String>,
     workspace_profile: Option<Vec<(String, u64)>>,
 ) -> PyResult<String> {
-    let build = build_options(
+    let src = Source::new(
+        data,
         loss,
         persistent_bytes,
         separate_buffers,
-        workspace.as_deref(),
+        workspace,
         workspace_profile,
-    )
-    .map_err(|e| errors::to_py(py, e))?;
+    )?;
     let device = device.to_string();
     let profile = profile.unwrap_or_default();
     run(py, move || {
         let dev = device_of(&device, device_json.as_deref())?;
-        let a = core::analyze(data, &build)?;
-        serde_json::to_string(&core::export::problem(&a, &dev, min_bytes, &profile)?)
-            .map_err(json_error)
+        let p = src.with(|a| core::export::problem(a, &dev, min_bytes, &profile))?;
+        serde_json::to_string(&p).map_err(json_error)
     })
 }
 
@@ -433,7 +550,7 @@ fn export_problem(
 #[allow(clippy::too_many_arguments)]
 fn simulate_plan(
     py: Python<'_>,
-    data: &[u8],
+    data: &Bound<'_, PyAny>,
     plan_json: &str,
     budget: u64,
     strategy: &str,
@@ -446,41 +563,34 @@ fn simulate_plan(
     workspace: Option<String>,
     workspace_profile: Option<Vec<(String, u64)>>,
 ) -> PyResult<CorePlan> {
-    let build = build_options(
+    let src = Source::new(
+        data,
         loss,
         persistent_bytes,
         separate_buffers,
-        workspace.as_deref(),
+        workspace,
         workspace_profile,
-    )
-    .map_err(|e| errors::to_py(py, e))?;
+    )?;
     let (device, strategy) = (device.to_string(), strategy.to_string());
     let plan_json = plan_json.to_string();
     let profile = profile.unwrap_or_default();
     run(py, move || {
         let dev = device_of(&device, device_json.as_deref())?;
-        let a = core::analyze(data, &build)?;
         let plan = core::export::plan_from_json(&plan_json)?;
-        let e = core::export::evaluate(&a, &dev, &plan, &profile, budget, &strategy)?;
-        Ok(CorePlan {
-            report_json: serde_json::to_string(&e.report).map_err(json_error)?,
-            timelines: [
-                split_timeline(&e.original.timeline),
-                split_timeline(&e.planned.timeline),
-            ],
-            events: split_events(&e.planned.events),
-        })
+        let e =
+            src.with(|a| core::export::evaluate(a, &dev, &plan, &profile, budget, &strategy))?;
+        CorePlan::of(e.report, src.workspace.clone(), &e.original, &e.planned)
     })
 }
 
 /// The replay program of a plan, given as its report JSON, as JSON
-/// (`core::replay::replay_json`).
+/// (`core::replay::replay_analysis_json`).
 #[pyfunction]
 #[pyo3(signature = (data, report_json, device="v100-nvlink2", device_json=None, loss=None, persistent_bytes=None, profile=None, separate_buffers=false, workspace=None, workspace_profile=None))]
 #[allow(clippy::too_many_arguments)]
 fn replay(
     py: Python<'_>,
-    data: &[u8],
+    data: &Bound<'_, PyAny>,
     report_json: &str,
     device: &str,
     device_json: Option<String>,
@@ -491,20 +601,20 @@ fn replay(
     workspace: Option<String>,
     workspace_profile: Option<Vec<(String, u64)>>,
 ) -> PyResult<String> {
-    let build = build_options(
+    let src = Source::new(
+        data,
         loss,
         persistent_bytes,
         separate_buffers,
-        workspace.as_deref(),
+        workspace,
         workspace_profile,
-    )
-    .map_err(|e| errors::to_py(py, e))?;
+    )?;
     let device = device.to_string();
     let report_json = report_json.to_string();
     let profile = profile.unwrap_or_default();
     run(py, move || {
         let dev = device_of(&device, device_json.as_deref())?;
-        core::replay::replay_json(data, &build, &dev, &report_json, &profile)
+        src.with(|a| core::replay::replay_analysis_json(a, &dev, &report_json, &profile))
     })
 }
 
@@ -560,6 +670,8 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(strategies, m)?)?;
     m.add_function(wrap_pyfunction!(op_facts, m)?)?;
     m.add_function(wrap_pyfunction!(function_call_ops, m)?)?;
+    m.add_function(wrap_pyfunction!(load_plan, m)?)?;
+    m.add("PLAN_SCHEMA_VERSION", core::schema::PLAN_SCHEMA_VERSION)?;
     m.add("REPLAY_VERSION", core::replay::VERSION)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())
