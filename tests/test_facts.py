@@ -8,10 +8,10 @@ from __future__ import annotations
 import pathlib
 
 import numpy as np
+from graphs import node
 from tensorflow.core.framework import graph_pb2
 
 import hybridplan
-from graphs import node
 from hybridplan.distributed import _collective_types
 
 FIXTURE = pathlib.Path(__file__).parents[1] / "rust/core/tests/fixtures/small_cnn.pb"
