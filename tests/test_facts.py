@@ -8,11 +8,11 @@ from __future__ import annotations
 import pathlib
 
 import numpy as np
-from graphs import node
 from tensorflow.core.framework import graph_pb2
 
 import hybridplan
 from hybridplan.distributed import _collective_types
+from hybridplan.testing import node
 
 FIXTURE = pathlib.Path(__file__).parents[1] / "rust/core/tests/fixtures/small_cnn.pb"
 NONE = 2**32 - 1
