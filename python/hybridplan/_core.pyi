@@ -56,6 +56,7 @@ def analyze(
     separate_buffers: bool = False,
     workspace: str | None = None,
     workspace_profile: list[tuple[str, int]] | None = None,
+    bodies: list[tuple[str, int, list[tuple[int, int, int, list[int], int]]]] | None = None,
 ) -> CoreAnalysis: ...
 
 @final
@@ -83,6 +84,7 @@ def plan(
     workspace: str | None = None,
     workspace_profile: list[tuple[str, int]] | None = None,
     host_budget: int | None = None,
+    bodies: list[tuple[str, int, list[tuple[int, int, int, list[int], int]]]] | None = None,
 ) -> CorePlan: ...
 def device_preset(name: str) -> str: ...
 def device_presets() -> list[str]: ...
@@ -100,6 +102,7 @@ def export_problem(
     separate_buffers: bool = False,
     workspace: str | None = None,
     workspace_profile: list[tuple[str, int]] | None = None,
+    bodies: list[tuple[str, int, list[tuple[int, int, int, list[int], int]]]] | None = None,
 ) -> str: ...
 def simulate_plan(
     data: bytes,
@@ -114,6 +117,7 @@ def simulate_plan(
     separate_buffers: bool = False,
     workspace: str | None = None,
     workspace_profile: list[tuple[str, int]] | None = None,
+    bodies: list[tuple[str, int, list[tuple[int, int, int, list[int], int]]]] | None = None,
 ) -> CorePlan: ...
 
 REPLAY_VERSION: int
@@ -129,4 +133,5 @@ def replay(
     separate_buffers: bool = False,
     workspace: str | None = None,
     workspace_profile: list[tuple[str, int]] | None = None,
+    bodies: list[tuple[str, int, list[tuple[int, int, int, list[int], int]]]] | None = None,
 ) -> str: ...

@@ -10,6 +10,7 @@ import numpy as np
 from . import _args, _core
 from ._backend import workspace_rule
 from ._graphio import GraphLike, graph_bytes
+from .controlflow import body_memory
 from .planning import workspace_overrides
 
 __all__ = ["Analysis", "LiveTensor", "analyze"]
@@ -162,13 +163,15 @@ def analyze(
     persistent_bytes = _args.optional_count(persistent_bytes, "persistent_bytes")
     separate_buffers = _args.flag(separate_buffers, "separate_buffers")
     data, traced_loss = graph_bytes(graph)
+    rule = workspace_rule(workspace)
     return Analysis(
         _core.analyze(
             data,
             loss=loss or traced_loss,
             persistent_bytes=persistent_bytes,
             separate_buffers=separate_buffers,
-            workspace=workspace_rule(workspace),
+            workspace=rule,
             workspace_profile=workspace_overrides(workspace_profile),
+            bodies=body_memory(data, rule),
         )
     )

@@ -15,6 +15,7 @@ from . import _args, _core
 from ._args import parse_bytes
 from ._backend import workspace_rule
 from ._graphio import GraphLike, graph_bytes
+from .controlflow import body_memory
 from .errors import BudgetError, InvalidArgumentError
 
 __all__ = [
@@ -584,6 +585,7 @@ def plan(
         workspace=rule,
         workspace_profile=workspace_overrides(workspace_profile),
         host_budget=host,
+        bodies=body_memory(data, rule),
     )
     report = json.loads(core.report_json)
     report["workspace"] = rule
@@ -617,6 +619,7 @@ def _optimal(
         loss=loss or traced_loss,
         persistent_bytes=persistent_bytes,
         profile=profile,
+        bodies=body_memory(data),
     )
     problem = json.loads(
         _core.export_problem(data, min_bytes=min_bytes, separate_buffers=True, **common)

@@ -59,6 +59,9 @@ pub struct BuildOptions {
     /// Measured scratch bytes by node name (a profile's), replacing the
     /// rule's for those nodes.
     pub workspace_profile: Vec<(String, u64)>,
+    /// The memory of control-flow nodes' bodies, stated by the caller from
+    /// the GraphDef's library ([`crate::body`]).
+    pub bodies: Vec<crate::body::BodyMemory>,
 }
 
 /// Turns decoded `NodeDef`s into node specs: output count and shapes from
@@ -336,7 +339,7 @@ pub(crate) fn finish(
         None => persistent_bytes(g, &variables),
     };
     g.separate_buffers = opts.separate_buffers;
-    let mut overrides = Vec::with_capacity(opts.workspace_profile.len());
+    let mut overrides = crate::body::apply(g, &opts.bodies, &lookup)?;
     for (name, bytes) in &opts.workspace_profile {
         let v = lookup(g, name).ok_or_else(|| {
             PlanError::InvalidArgument(format!(

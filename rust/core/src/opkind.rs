@@ -41,6 +41,22 @@ pub fn is_function_call(op: &str) -> bool {
     matches!(op, "PartitionedCall" | "StatefulPartitionedCall")
 }
 
+/// Control-flow ops the planner takes as one op of the schedule once their
+/// body's memory is stated ([`crate::body`]): the functional conditional,
+/// whose branch TensorFlow runs in place of the node (lowered to
+/// `Switch`/`Merge` with the branches inlined, `LowerFunctionalOpsPass`; the
+/// node's outputs keep their names through an `IdentityN`).
+pub fn runs_as_one_op(op: &str) -> bool {
+    matches!(op, "If" | "StatelessIf")
+}
+
+/// Functional loops: their accumulators (`TensorList`s, one element per
+/// iteration) and trip count are not modelled, so the planner refuses one in
+/// the forward or backward pass with its own advice.
+pub fn is_loop(op: &str) -> bool {
+    matches!(op, "While" | "StatelessWhile" | "_While")
+}
+
 /// Ops that must never be recomputed: random (stateful RNG), side effects,
 /// collectives, I/O, and sources. Ops that take a resource handle (variable
 /// reads and writes, iterators) are excluded separately by the builder.

@@ -119,6 +119,10 @@ impl CoreAnalysis {
     }
 }
 
+/// A control-flow node's body memory as Python states it: `(node,
+/// scratch_bytes, [(output, branch, dtype, dims, count)])` (`core::body`).
+type Body = (String, u64, Vec<(u32, u32, i64, Vec<i64>, u64)>);
+
 /// The build options of every entry point: `workspace` names the kernels'
 /// scratch rule (`core::workspace::WorkspaceRule::parse`; none when absent).
 fn build_options(
@@ -127,6 +131,7 @@ fn build_options(
     separate_buffers: bool,
     workspace: Option<&str>,
     workspace_profile: Option<Vec<(String, u64)>>,
+    bodies: Option<Vec<Body>>,
 ) -> core::Result<BuildOptions> {
     Ok(BuildOptions {
         loss,
@@ -137,12 +142,31 @@ fn build_options(
             None => WorkspaceRule::None,
         },
         workspace_profile: workspace_profile.unwrap_or_default(),
+        bodies: bodies
+            .unwrap_or_default()
+            .into_iter()
+            .map(|(node, scratch_bytes, held)| core::body::BodyMemory {
+                node,
+                scratch_bytes,
+                held: held
+                    .into_iter()
+                    .map(|(output, branch, dtype, dims, count)| core::body::Held {
+                        output,
+                        branch,
+                        dtype,
+                        dims,
+                        count,
+                    })
+                    .collect(),
+            })
+            .collect(),
     })
 }
 
 /// Decodes a serialized GraphDef and analyses it.
 #[pyfunction]
-#[pyo3(signature = (data, loss=None, persistent_bytes=None, separate_buffers=false, workspace=None, workspace_profile=None))]
+#[pyo3(signature = (data, loss=None, persistent_bytes=None, separate_buffers=false, workspace=None, workspace_profile=None, bodies=None))]
+#[allow(clippy::too_many_arguments)]
 fn analyze(
     py: Python<'_>,
     data: &[u8],
@@ -151,6 +175,7 @@ fn analyze(
     separate_buffers: bool,
     workspace: Option<String>,
     workspace_profile: Option<Vec<(String, u64)>>,
+    bodies: Option<Vec<Body>>,
 ) -> PyResult<CoreAnalysis> {
     let opts = build_options(
         loss,
@@ -158,6 +183,7 @@ fn analyze(
         separate_buffers,
         workspace.as_deref(),
         workspace_profile,
+        bodies,
     )
     .map_err(|e| errors::to_py(py, e))?;
     let inner = run(py, move || core::analyze(data, &opts))?;
@@ -234,7 +260,7 @@ fn split_timeline(tl: &[(f64, u64)]) -> (Vec<f64>, Vec<u64>) {
 
 /// Plans a serialized GraphDef under a budget.
 #[pyfunction]
-#[pyo3(signature = (data, budget, strategy="hybrid", device="v100-nvlink2", device_json=None, loss=None, persistent_bytes=None, min_bytes=65536, profile=None, tflms=None, select=None, separate_buffers=false, workspace=None, workspace_profile=None, host_budget=None))]
+#[pyo3(signature = (data, budget, strategy="hybrid", device="v100-nvlink2", device_json=None, loss=None, persistent_bytes=None, min_bytes=65536, profile=None, tflms=None, select=None, separate_buffers=false, workspace=None, workspace_profile=None, host_budget=None, bodies=None))]
 #[allow(clippy::too_many_arguments)]
 fn plan(
     py: Python<'_>,
@@ -253,6 +279,7 @@ fn plan(
     workspace: Option<String>,
     workspace_profile: Option<Vec<(String, u64)>>,
     host_budget: Option<u64>,
+    bodies: Option<Vec<Body>>,
 ) -> PyResult<CorePlan> {
     let build = build_options(
         loss,
@@ -260,6 +287,7 @@ fn plan(
         separate_buffers,
         workspace.as_deref(),
         workspace_profile,
+        bodies,
     )
     .map_err(|e| errors::to_py(py, e))?;
     let strategy = strategy.to_string();
@@ -358,7 +386,7 @@ fn json_error(e: serde_json::Error) -> core::PlanError {
 
 /// The planning problem of a serialized GraphDef as JSON (`core::export::problem`).
 #[pyfunction]
-#[pyo3(signature = (data, device="v100-nvlink2", device_json=None, loss=None, persistent_bytes=None, min_bytes=65536, profile=None, separate_buffers=false, workspace=None, workspace_profile=None))]
+#[pyo3(signature = (data, device="v100-nvlink2", device_json=None, loss=None, persistent_bytes=None, min_bytes=65536, profile=None, separate_buffers=false, workspace=None, workspace_profile=None, bodies=None))]
 #[allow(clippy::too_many_arguments)]
 fn export_problem(
     py: Python<'_>,
@@ -372,6 +400,7 @@ fn export_problem(
     separate_buffers: bool,
     workspace: Option<String>,
     workspace_profile: Option<Vec<(String, u64)>>,
+    bodies: Option<Vec<Body>>,
 ) -> PyResult<String> {
     let build = build_options(
         loss,
@@ -379,6 +408,7 @@ fn export_problem(
         separate_buffers,
         workspace.as_deref(),
         workspace_profile,
+        bodies,
     )
     .map_err(|e| errors::to_py(py, e))?;
     let device = device.to_string();
@@ -394,7 +424,7 @@ fn export_problem(
 /// Simulates a plan given as JSON (the core's plan format) and reports it
 /// as a plan of `strategy` under `budget` (`core::export::evaluate`).
 #[pyfunction]
-#[pyo3(signature = (data, plan_json, budget, strategy, device="v100-nvlink2", device_json=None, loss=None, persistent_bytes=None, profile=None, separate_buffers=false, workspace=None, workspace_profile=None))]
+#[pyo3(signature = (data, plan_json, budget, strategy, device="v100-nvlink2", device_json=None, loss=None, persistent_bytes=None, profile=None, separate_buffers=false, workspace=None, workspace_profile=None, bodies=None))]
 #[allow(clippy::too_many_arguments)]
 fn simulate_plan(
     py: Python<'_>,
@@ -410,6 +440,7 @@ fn simulate_plan(
     separate_buffers: bool,
     workspace: Option<String>,
     workspace_profile: Option<Vec<(String, u64)>>,
+    bodies: Option<Vec<Body>>,
 ) -> PyResult<CorePlan> {
     let build = build_options(
         loss,
@@ -417,6 +448,7 @@ fn simulate_plan(
         separate_buffers,
         workspace.as_deref(),
         workspace_profile,
+        bodies,
     )
     .map_err(|e| errors::to_py(py, e))?;
     let (device, strategy) = (device.to_string(), strategy.to_string());
@@ -441,7 +473,7 @@ fn simulate_plan(
 /// The replay program of a plan, given as its report JSON, as JSON
 /// (`core::replay::replay_json`).
 #[pyfunction]
-#[pyo3(signature = (data, report_json, device="v100-nvlink2", device_json=None, loss=None, persistent_bytes=None, profile=None, separate_buffers=false, workspace=None, workspace_profile=None))]
+#[pyo3(signature = (data, report_json, device="v100-nvlink2", device_json=None, loss=None, persistent_bytes=None, profile=None, separate_buffers=false, workspace=None, workspace_profile=None, bodies=None))]
 #[allow(clippy::too_many_arguments)]
 fn replay(
     py: Python<'_>,
@@ -455,6 +487,7 @@ fn replay(
     separate_buffers: bool,
     workspace: Option<String>,
     workspace_profile: Option<Vec<(String, u64)>>,
+    bodies: Option<Vec<Body>>,
 ) -> PyResult<String> {
     let build = build_options(
         loss,
@@ -462,6 +495,7 @@ fn replay(
         separate_buffers,
         workspace.as_deref(),
         workspace_profile,
+        bodies,
     )
     .map_err(|e| errors::to_py(py, e))?;
     let device = device.to_string();
