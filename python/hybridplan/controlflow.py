@@ -88,7 +88,8 @@ def _stated(node: Any, lib: dict[str, Any], workspace: str | None, depth: int) -
 
     if depth > 16:  # nesting deeper than any step holds: leave it to the refusal
         return None
-    scratch, held = 0, []
+    scratch = 0
+    held: list[tuple[int, int, int, list[int], int]] = []
     for branch, attr in enumerate(("then_branch", "else_branch")):
         fdef = lib.get(node.attr[attr].func.name) if attr in node.attr else None
         if fdef is None:

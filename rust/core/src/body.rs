@@ -129,6 +129,102 @@ fn held_bytes(h: &Held) -> Option<u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::build::{build, BuildOptions, NodeSpec, OutSpec};
+    use crate::graphdef::Shape;
+
+    /// x -> cond (If: a float output and a variant one) -> y, which reads both.
+    fn graph(bodies: Vec<BodyMemory>) -> Result<Graph> {
+        let out = |dtype, dims: Vec<i64>| OutSpec {
+            dtype: Some(dtype),
+            shape: Shape(Some(dims)),
+        };
+        let node = |name, op, inputs, outputs, calls_function| NodeSpec {
+            name,
+            op,
+            device: "",
+            inputs,
+            outputs,
+            calls_function,
+        };
+        let specs = [
+            node(
+                "x",
+                "Placeholder",
+                vec![],
+                vec![out(DType::FLOAT, vec![100])],
+                false,
+            ),
+            node(
+                "cond",
+                "If",
+                vec!["x"],
+                vec![out(DType::FLOAT, vec![100]), out(DType::VARIANT, vec![])],
+                true,
+            ),
+            node(
+                "y",
+                "AddV2",
+                vec!["cond", "cond:1"],
+                vec![out(DType::FLOAT, vec![100])],
+                false,
+            ),
+        ];
+        build(
+            &specs,
+            &BuildOptions {
+                bodies,
+                ..Default::default()
+            },
+        )
+    }
+
+    fn held(output: u32, branch: u32, dims: Vec<i64>, count: u64) -> Held {
+        Held {
+            output,
+            branch,
+            dtype: 1,
+            dims,
+            count,
+        }
+    }
+
+    #[test]
+    fn a_stated_body_sizes_its_handles_and_scratch() {
+        let body = BodyMemory {
+            node: "cond".into(),
+            scratch_bytes: 1000,
+            held: vec![
+                held(1, 0, vec![10], 3),
+                held(1, 0, vec![5], 1),
+                held(1, 1, vec![20], 1),
+            ],
+        };
+        let g = graph(vec![body]).unwrap();
+        let v = 1;
+        assert!(g.nodes[v as usize].flags.has(NodeFlags::BODY_KNOWN));
+        let t = g.outputs(v).nth(1).unwrap() as usize;
+        // then: 3 x 10 + 5 floats = 140 bytes; else: 20 floats = 80 bytes.
+        assert_eq!((g.tensors[t].bytes, g.tensors[t].value_bytes), (140, 140));
+        assert_eq!(g.workspace_of(v), 1000);
+    }
+
+    #[test]
+    fn an_unstated_if_holds_nothing_and_bad_statements_are_typed_errors() {
+        let g = graph(vec![]).unwrap();
+        assert!(!g.nodes[1].flags.has(NodeFlags::BODY_KNOWN));
+        let t = g.outputs(1).nth(1).unwrap() as usize;
+        assert_eq!(g.tensors[t].bytes, 0);
+        let bad = |b: BodyMemory| matches!(graph(vec![b]), Err(PlanError::InvalidArgument(_)));
+        let body = |node: &str, held: Vec<Held>| BodyMemory {
+            node: node.into(),
+            scratch_bytes: 0,
+            held,
+        };
+        assert!(bad(body("nowhere", vec![])));
+        assert!(bad(body("cond", vec![held(0, 0, vec![10], 1)]))); // not a handle
+        assert!(bad(body("cond", vec![held(2, 0, vec![10], 1)]))); // no such output
+        assert!(bad(body("cond", vec![held(1, 0, vec![-1], 1)]))); // unknown dimension
+    }
 
     #[test]
     fn held_bytes_are_count_times_elements_times_size() {
