@@ -294,7 +294,7 @@ pub fn check_supported(g: &Graph) -> Result<()> {
                 )
             } else if crate::opkind::is_loop(op) {
                 format!(
-                    "a loop in the {} pass: the TensorList accumulators it fills for the gradient (variant tensors whose bytes the GraphDef does not state) are not modelled yet (docs/control-flow.md); unroll it (a Keras RNN layer: unroll=True; tf.while_loop: a Python loop over a static range)",
+                    "a loop in the {} pass whose memory could not be stated: its trip count must be a constant (tf.while_loop: maximum_iterations=a constant; a Keras RNN layer: a static sequence length), its body in the GraphDef's library with every shape known and no call, loop or Case inside, and it must be planned through hybridplan (Python), which reads the body (docs/control-flow.md); else unroll it (a Keras RNN layer: unroll=True)",
                     g.phase[v].name()
                 )
             } else if crate::opkind::runs_as_one_op(op) {

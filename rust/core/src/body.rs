@@ -112,6 +112,24 @@ pub(crate) fn apply(
     Ok(scratch)
 }
 
+/// Types the list output of every `TensorList` op
+/// ([`crate::opkind::list_output`]) as a `variant` of 0 bytes: its attributes
+/// name only the elements' dtype, which the decoders would give it. The bytes
+/// of a list a loop fills are stated by [`apply`].
+pub(crate) fn type_lists(g: &mut Graph) {
+    for v in 0..g.nodes.len() as u32 {
+        let Some(k) = crate::opkind::list_output(g.op_name(v)) else {
+            continue;
+        };
+        if let Some(t) = g.outputs(v).nth(k) {
+            let tt = &mut g.tensors[t as usize];
+            tt.dtype = DType::VARIANT;
+            tt.bytes = 0;
+            tt.value_bytes = 0;
+        }
+    }
+}
+
 /// `count * elements * dtype size`, or `None` for an unknown dtype or
 /// dimension, or a product past 2^63.
 fn held_bytes(h: &Held) -> Option<u64> {

@@ -45,14 +45,37 @@ pub fn is_function_call(op: &str) -> bool {
 /// body's memory is stated ([`crate::body`]): the functional conditional,
 /// whose branch TensorFlow runs in place of the node (lowered to
 /// `Switch`/`Merge` with the branches inlined, `LowerFunctionalOpsPass`; the
-/// node's outputs keep their names through an `IdentityN`).
+/// node's outputs keep their names through an `IdentityN`), and the
+/// functional loop (lowered to `Enter`/`Merge`/`Switch`/`NextIteration`/`Exit`
+/// frames, `lower_while_op.cc`; the outputs keep their names the same way),
+/// whose accumulators are stated as the `TensorList`s it returns.
 pub fn runs_as_one_op(op: &str) -> bool {
-    matches!(op, "If" | "StatelessIf")
+    matches!(op, "If" | "StatelessIf" | "While" | "StatelessWhile")
 }
 
-/// Functional loops: their accumulators (`TensorList`s, one element per
-/// iteration) and trip count are not modelled, so the planner refuses one in
-/// the forward or backward pass with its own advice.
+/// The output of a `TensorList` op that is the list (a `variant` whose
+/// attributes name only its elements' dtype): the list these ops make or
+/// return. Its bytes are those it holds, stated by the caller for the lists
+/// a loop fills ([`crate::body`]); 0 otherwise.
+pub fn list_output(op: &str) -> Option<usize> {
+    match op {
+        "TensorListFromTensor"
+        | "TensorListReserve"
+        | "EmptyTensorList"
+        | "TensorListPushBack"
+        | "TensorListPopBack"
+        | "TensorListSetItem"
+        | "TensorListResize"
+        | "TensorListScatterV2"
+        | "TensorListScatterIntoExistingList"
+        | "TensorListSplit" => Some(0),
+        _ => None,
+    }
+}
+
+/// Functional loops: planned as one op once their memory is stated (trip
+/// count and accumulators, [`crate::body`]); refused with their own advice
+/// when it could not be.
 pub fn is_loop(op: &str) -> bool {
     matches!(op, "While" | "StatelessWhile" | "_While")
 }

@@ -98,6 +98,17 @@ impl CoreAnalysis {
         }
         Ok(d)
     }
+    /// `(tensor, owner)` for every tensor whose buffer is another's (an
+    /// output TensorFlow forwards its input's buffer into).
+    fn forwarded(&self) -> Vec<(String, String)> {
+        let g = &self.inner.graph;
+        let owner = &self.inner.liveness.owner;
+        (0..owner.len() as u32)
+            .filter(|&t| owner[t as usize] != t)
+            .map(|t| (g.tensor_name(t), g.tensor_name(owner[t as usize])))
+            .collect()
+    }
+
     /// The `k` largest tensors live at the peak: (name, bytes, dtype, shape, op).
     fn live_at_peak(&self, k: usize) -> Vec<(String, u64, String, Vec<i64>, String)> {
         let g = &self.inner.graph;
