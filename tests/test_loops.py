@@ -2,10 +2,12 @@
 
 The claims under test: a Keras LSTM and a GRU classifier (sequence 64, batch 8: a forward
 ``While`` filling ``TensorList`` accumulators, its gradient ``StatelessWhile`` popping
-them) are traced as TensorFlow traced them, planned at 60% of their activations,
+them) are traced as TensorFlow traced them, planned at the smallest budget a plan reaches,
 rewritten for CPU emulation and run 3 steps next to the original: losses and weights
-equal bit for bit, the measured device peak within the budget; the loops are never
-cloned and their ``variant`` outputs never swapped; the memory stated for them is their
+equal bit for bit, the measured device peak within the budget; 60% is out of reach (the accumulators, which no swap can copy and no recompute
+makes, are more than 40% of the tensor peak), so the smallest budget a plan reaches is
+tested (about 88%); the loops are never cloned and their ``variant`` outputs never
+swapped; the memory stated for them is their
 body's (trip count x the values pushed each iteration, a variable's value not counted);
 the LSTM's predicted peak is within 10% of the measured one, original and plan; a loop
 whose trip count is not a constant is refused with a typed error that says how to make
@@ -48,8 +50,21 @@ def test_rnn_step_plans_at_60_percent_and_runs_bit_identical(kind):
     assert sum(n.op == "While" for n in loops.values()) == 1  # forward
     assert sum(n.op == "StatelessWhile" for n in loops.values()) == 1  # its gradient
 
-    t = trial(w, fraction=0.6)
+    # 60% of the activations is out of reach: the loop's TensorList accumulators, live
+    # from the forward loop to its gradient and across the peak, are more than 40% of
+    # the tensor peak, and no swap can move them (TensorFlow's DeepCopy has no variant
+    # kernel) nor recompute make them (a loop is never cloned).
+    a = hybridplan.analyze(gd)
+    live = a.live_at_peak(a.num_tensors)
+    lists = sum(t.bytes for t in live if t.dtype == "variant" and t.op in WHILE_OPS)
+    tensors = a.activation_peak_bytes - a.workspace_peak_bytes
+    assert lists > 0.4 * tensors, (lists, tensors)
+    with pytest.raises(hybridplan.BudgetError, match="smallest a hybrid plan reaches"):
+        trial(w, fraction=0.6)
+    # The smallest budget a plan reaches (trial's choice when 60% is out of reach).
+    t = trial(w)
     print(t)  # the figures docs/control-flow.md states (pytest -s)
+    assert t.fraction is not None and t.fraction < 0.95, t.note
     assert t.same_losses and t.same_weights, (t.original.losses, t.planned.losses)
     assert t.within_budget, (t.planned.device_peak, t.activation_budget)
     assert t.planned.device_peak < t.original.device_peak
@@ -99,7 +114,7 @@ def test_loop_memory_is_its_accumulators():
 def test_lstm_predicted_peak_within_10_percent_of_measured():
     w = _workload("lstm")
     a = hybridplan.analyze(w.trace())
-    t = trial(w, fraction=0.6)
+    t = trial(w)  # the smallest budget a plan reaches (see above)
     for predicted, measured in (
         (a.activation_peak_bytes, t.original.device_peak),
         (t.predicted_peak, t.planned.device_peak),
