@@ -2,12 +2,12 @@
 
 The claims under test: a Keras LSTM and a GRU classifier (sequence 64, batch 8: a forward
 ``While`` filling ``TensorList`` accumulators, its gradient ``StatelessWhile`` popping
-them) are traced as TensorFlow traced them, planned at the smallest budget a plan reaches,
+them) are traced as TensorFlow traced them. 60% of their activations is out of reach
+(the accumulators, which no swap can copy and no recompute makes, are more than 40% of
+the tensor peak), so each is planned at the smallest budget a plan reaches (about 88%),
 rewritten for CPU emulation and run 3 steps next to the original: losses and weights
-equal bit for bit, the measured device peak within the budget; 60% is out of reach (the accumulators, which no swap can copy and no recompute
-makes, are more than 40% of the tensor peak), so the smallest budget a plan reaches is
-tested (about 88%); the loops are never cloned and their ``variant`` outputs never
-swapped; the memory stated for them is their
+equal bit for bit, the measured device peak within the budget; the loops are never
+cloned and their ``variant`` outputs never swapped; the memory stated for them is their
 body's (trip count x the values pushed each iteration, a variable's value not counted);
 the LSTM's predicted peak is within 10% of the measured one, original and plan; a loop
 whose trip count is not a constant is refused with a typed error that says how to make

@@ -1,4 +1,5 @@
-"""Control flow in the step: the memory of a functional ``If``'s branches, for the planner.
+"""Control flow in the step: the memory of a functional ``If``'s branches and of a
+``While``'s body, trip count and lists, for the planner.
 
 **The rule.** TensorFlow runs a functional ``If`` / ``StatelessIf`` (``tf.cond`` in a
 ``tf.function``) by lowering it before placement (``LowerFunctionalOpsPass``,
@@ -20,13 +21,30 @@ library, per node:
   core counts the larger branch. Such outputs stay on the device (``DeepCopy`` has no
   ``variant`` kernel: no swap can copy them).
 
-A node whose memory cannot be stated (a branch missing from the library, a branch with
+A functional ``While`` / ``StatelessWhile`` (``lower_while_op.cc`` lowers it to a frame
+whose outputs keep the node's names) is stated the same way (:func:`_loop`):
+
+- **trip count**: an upper bound from the loop's structure (:func:`_trip_count`): a
+  counter ``i`` (the body returns ``i + 1``, its start a constant) compared by
+  ``Less(i, b)`` in the condition (through ``LogicalAnd`` only), ``b`` a constant, a
+  loop-invariant variable of constant start (TensorFlow evaluates a stateless
+  subgraph), or the counter output of a bounded loop (a gradient loop's);
+- **held**: each ``variant`` output the body fills by ``TensorListPushBack`` /
+  ``TensorListSetItem`` holds its elements times the trip count (branch 0); a pop adds
+  nothing; an element that is the same buffer every iteration (a ``ReadVariableOp``
+  value, a loop-invariant argument) counts 0, and a tensor held by two lists once;
+- **scratch**: one iteration's peak less each ordinary loop variable twice (the node's
+  input and output) and the list elements live at the peak.
+
+``TensorListFromTensor`` nodes hold their input's bytes (the list keeps slices of its
+buffer). A node whose memory cannot be stated (a branch missing from the library, a branch with
 a node that runs a function other than a stated ``If``: a loop, a call, a ``Case``; an
 unknown shape) is left out; the planner then refuses it in the forward
 or backward pass with :class:`~hybridplan.errors.UnsupportedGraphError`.
 
-**Complexity.** O(N) to find the nodes, plus one analysis per branch body: O(B log B)
-for B body nodes; nested ``If`` bodies are visited once per enclosing branch.
+**Complexity.** O(N) to find the nodes, plus one analysis per branch or loop body:
+O(B log B) for B body nodes; nested bodies are visited once per enclosing body; a trip
+count's constant subgraph is evaluated once per loop input (one TensorFlow session).
 
 Example::
 
@@ -54,7 +72,8 @@ Body = tuple[str, int, list[tuple[int, int, int, list[int], int]]]
 
 
 def body_memory(data: bytes, workspace: str | None = None) -> list[Body]:
-    """The stated memory of every ``If`` / ``StatelessIf`` node of a serialized GraphDef.
+    """The stated memory of every ``If`` / ``StatelessIf`` / ``While`` /
+    ``StatelessWhile`` node (and ``TensorListFromTensor``) of a serialized GraphDef.
 
     Returns ``[(node name, scratch bytes, [(output, branch, dtype, dims, count)])]``,
     sorted by name; empty (and TensorFlow not imported) when the graph holds no such
@@ -295,9 +314,7 @@ def _shares_a_buffer(ref: str, by_name: dict[str, Any], invariant: set[str]) -> 
     a variable's value (``ReadVariableOp`` returns the variable's buffer) or an argument
     the body passes through unchanged (a loop-invariant input, held outside)."""
     producer = by_name.get(ref.split(":")[0])
-    return producer is not None and (
-        producer.op == "ReadVariableOp" or producer.name in invariant
-    )
+    return producer is not None and (producer.op == "ReadVariableOp" or producer.name in invariant)
 
 
 def _arg_nodes(fdef: Any, bgd: Any) -> list[str]:
@@ -369,8 +386,9 @@ def _trip_count(
     inputs = [i for i in node.input if not i.startswith("^")]
     if not bargs or len(cargs) != len(bargs) or len(inputs) != len(bargs):
         return None
-    rets = [_through_identity(bflat.get(body.ret[a.name], ""), bby)
-            for a in body.signature.output_arg]
+    rets = [
+        _through_identity(bflat.get(body.ret[a.name], ""), bby) for a in body.signature.output_arg
+    ]
 
     def initial(k: int) -> int | None:
         return _value(inputs[k], gd, lib, trips)

@@ -276,4 +276,59 @@ mod tests {
             None
         );
     }
+
+    /// A `TensorList` op's list output is typed `variant` whatever its
+    /// attributes give (its element dtype), 0 bytes until a body states it.
+    #[test]
+    fn list_outputs_are_variant_and_take_stated_bytes() {
+        let out = |dtype, dims: Vec<i64>| OutSpec {
+            dtype: Some(dtype),
+            shape: Shape(Some(dims)),
+        };
+        let specs = |bodies| {
+            let nodes = [
+                NodeSpec {
+                    name: "x",
+                    op: "Placeholder",
+                    device: "",
+                    inputs: vec![],
+                    outputs: vec![out(DType::FLOAT, vec![64, 8])],
+                    calls_function: false,
+                },
+                NodeSpec {
+                    name: "list",
+                    op: "TensorListFromTensor",
+                    device: "",
+                    inputs: vec!["x"],
+                    outputs: vec![out(DType::FLOAT, vec![])],
+                    calls_function: false,
+                },
+                NodeSpec {
+                    name: "y",
+                    op: "TensorListLength",
+                    device: "",
+                    inputs: vec!["list"],
+                    outputs: vec![out(DType::INT32, vec![])],
+                    calls_function: false,
+                },
+            ];
+            build(
+                &nodes,
+                &BuildOptions {
+                    bodies,
+                    ..Default::default()
+                },
+            )
+            .unwrap()
+        };
+        let g = specs(vec![]);
+        let t = g.outputs(1).next().unwrap() as usize;
+        assert_eq!((g.tensors[t].dtype, g.tensors[t].bytes), (DType::VARIANT, 0));
+        let g = specs(vec![BodyMemory {
+            node: "list".into(),
+            scratch_bytes: 0,
+            held: vec![held(0, 0, vec![64, 8], 1)],
+        }]);
+        assert_eq!(g.tensors[t].bytes, 64 * 8 * 4);
+    }
 }
