@@ -323,7 +323,10 @@ mod tests {
         };
         let g = specs(vec![]);
         let t = g.outputs(1).next().unwrap() as usize;
-        assert_eq!((g.tensors[t].dtype, g.tensors[t].bytes), (DType::VARIANT, 0));
+        assert_eq!(
+            (g.tensors[t].dtype, g.tensors[t].bytes),
+            (DType::VARIANT, 0)
+        );
         let g = specs(vec![BodyMemory {
             node: "list".into(),
             scratch_bytes: 0,
