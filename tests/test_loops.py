@@ -126,17 +126,18 @@ def test_lstm_predicted_peak_within_10_percent_of_measured():
     )
 
 
-def test_loop_with_unknown_trip_count_is_refused():
+def _value_loop(maximum_iterations: int | None):
+    """A step whose loop runs until its values grow past 10 (a condition on values)."""
     keras.utils.set_random_seed(3)
     dense = keras.layers.Dense(32)
 
     def step(x, y):
         with tf.GradientTape() as tape:
-            # Runs until the values grow past 10: no constant bounds the iterations.
             _, h = tf.while_loop(
                 lambda i, h: tf.reduce_sum(tf.abs(h)) < 10.0,
                 lambda i, h: (i + 1, h + tf.tanh(dense(h))),
                 (0, x),
+                maximum_iterations=maximum_iterations,
             )
             loss = tf.reduce_mean(tf.square(h - tf.cast(y[:, None], tf.float32)))
         grads = tape.gradient(loss, dense.trainable_variables)
@@ -145,11 +146,15 @@ def test_loop_with_unknown_trip_count_is_refused():
         return loss
 
     dense(tf.zeros([8, 32]))
-    traced = hybridplan.trace_concrete(
+    return hybridplan.trace_concrete(
         tf.function(step).get_concrete_function(
             tf.TensorSpec([8, 32]), tf.TensorSpec([8], tf.int32)
         )
     )
+
+
+def test_loop_with_unknown_trip_count_is_refused():
+    traced = _value_loop(None)  # no constant bounds the iterations
     gd = traced.graph_def
     assert any(n.op in WHILE_OPS for n in gd.node)
     assert not {name for name, *_ in body_memory(gd.SerializeToString())} & {
@@ -157,3 +162,18 @@ def test_loop_with_unknown_trip_count_is_refused():
     }
     with pytest.raises(hybridplan.UnsupportedGraphError, match="trip count must be a constant"):
         hybridplan.plan(traced, "1GiB", device="cpu")
+
+
+def test_maximum_iterations_makes_the_trip_count_known():
+    """The refusal's advice works: the same loop with ``maximum_iterations=5`` is stated
+    (forward and gradient loops, 5 iterations: each list holds 5 [8, 32] values) and
+    plans."""
+    traced = _value_loop(5)
+    gd = traced.graph_def
+    loops = {n.name for n in gd.node if n.op in WHILE_OPS}
+    stated = {name: held for name, _, held in body_memory(gd.SerializeToString())}
+    assert loops and loops <= set(stated)
+    forward = [n.name for n in gd.node if n.op == "While"]
+    assert forward and stated[forward[0]]
+    assert all(count == 5 and dims == [8, 32] for *_, dims, count in stated[forward[0]])
+    hybridplan.plan(traced, "1GiB", device="cpu")
