@@ -161,6 +161,7 @@ class CoreAnalysis:
     @property
     def phase(self) -> npt.NDArray[np.uint8]: ...
     def phase_counts(self) -> dict[str, int]: ...
+    def forwarded(self) -> list[tuple[str, str]]: ...
     def live_at_peak(self, k: int) -> list[tuple[str, int, str, list[int], str]]: ...
     def node_facts(self) -> dict[str, Any]: ...
     def tensor_facts(self) -> dict[str, npt.NDArray[Any]]: ...
@@ -173,6 +174,7 @@ def analyze(
     separate_buffers: bool = False,
     workspace: str | None = None,
     workspace_profile: list[tuple[str, int]] | None = None,
+    bodies: list[tuple[str, int, list[tuple[int, int, int, list[int], int]]]] | None = None,
 ) -> CoreAnalysis: ...
 
 @final
@@ -201,6 +203,7 @@ def plan(
     workspace: str | None = None,
     workspace_profile: list[tuple[str, int]] | None = None,
     host_budget: int | None = None,
+    bodies: list[tuple[str, int, list[tuple[int, int, int, list[int], int]]]] | None = None,
 ) -> CorePlan: ...
 def device_preset(name: str) -> str: ...
 def device_presets() -> list[str]: ...
@@ -222,6 +225,7 @@ def export_problem(
     separate_buffers: bool = False,
     workspace: str | None = None,
     workspace_profile: list[tuple[str, int]] | None = None,
+    bodies: list[tuple[str, int, list[tuple[int, int, int, list[int], int]]]] | None = None,
 ) -> str: ...
 def simulate_plan(
     data: bytes | CoreAnalysis,
@@ -236,6 +240,7 @@ def simulate_plan(
     separate_buffers: bool = False,
     workspace: str | None = None,
     workspace_profile: list[tuple[str, int]] | None = None,
+    bodies: list[tuple[str, int, list[tuple[int, int, int, list[int], int]]]] | None = None,
 ) -> CorePlan: ...
 
 REPLAY_VERSION: int
@@ -251,4 +256,5 @@ def replay(
     separate_buffers: bool = False,
     workspace: str | None = None,
     workspace_profile: list[tuple[str, int]] | None = None,
+    bodies: list[tuple[str, int, list[tuple[int, int, int, list[int], int]]]] | None = None,
 ) -> str: ...

@@ -12,6 +12,7 @@ import numpy as np
 from . import _args, _core
 from ._backend import workspace_rule
 from ._graphio import GraphLike, graph_bytes
+from .controlflow import body_memory
 from .errors import InvalidArgumentError
 from .planning import _device_args, workspace_overrides
 
@@ -233,13 +234,15 @@ def analyze(
     separate_buffers = _args.flag(separate_buffers, "separate_buffers")
     dev = None if device is None else _device_args(device)[2]
     data, traced_loss = graph_bytes(graph)
+    rule = workspace_rule(workspace, dev)
     return Analysis(
         _core.analyze(
             data,
             loss=loss or traced_loss,
             persistent_bytes=persistent_bytes,
             separate_buffers=separate_buffers,
-            workspace=workspace_rule(workspace, dev),
+            workspace=rule,
             workspace_profile=workspace_overrides(workspace_profile),
+            bodies=body_memory(data, rule),
         )
     )

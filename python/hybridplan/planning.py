@@ -15,6 +15,7 @@ from . import _args, _core
 from ._args import parse_bytes
 from ._backend import workspace_rule
 from ._graphio import GraphLike, graph_bytes
+from .controlflow import body_memory
 from .errors import BudgetError, InvalidArgumentError
 
 if TYPE_CHECKING:
@@ -583,12 +584,14 @@ def _source(
             )
         return graph._core, {}
     data, traced_loss = graph_bytes(graph)
+    rule = workspace_rule(workspace, dev)
     return data, {
         "loss": loss or traced_loss,
         "persistent_bytes": persistent_bytes,
         "separate_buffers": separate_buffers,
-        "workspace": workspace_rule(workspace, dev),
+        "workspace": rule,
         "workspace_profile": workspace_overrides(workspace_profile),
+        "bodies": body_memory(data, rule),
     }
 
 

@@ -17,6 +17,7 @@ from typing import Any
 
 from . import _core, planning
 from ._graphio import GraphLike, graph_bytes
+from .controlflow import body_memory
 from .errors import InvalidArgumentError
 from .planning import Plan, _device_args
 
@@ -86,6 +87,7 @@ def replay(
         profile=sorted(profile.items()) if profile else None,
         separate_buffers=separate_buffers,
         workspace=plan.report["workspace"],  # the rule the plan was made with
+        bodies=body_memory(data, plan.report["workspace"]),
     )
     return json.loads(text)
 

@@ -24,13 +24,14 @@ Example::
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import tensorflow as tf
 
 from hybridplan.errors import InvalidArgumentError, ShapeError, UnsupportedGraphError
+from hybridplan.inlining import CALL_OPS
 
 __all__ = ["Traced", "keras_loss", "trace", "trace_concrete", "trace_keras"]
 
@@ -318,20 +319,13 @@ def _example_shape(shape: tf.TensorShape) -> list[int]:
 # --------------------------------------------------------------------------- nesting
 
 
-def _called_functions(node: Any) -> Iterator[str]:
-    """Names of the library functions a node refers to through its attributes."""
-    for value in node.attr.values():
-        if value.HasField("func"):
-            yield value.func.name
-        for f in value.list.func:
-            yield f.name
-
-
 def _first_function_call(graph_def: Any) -> Any | None:
-    """The first node that calls a function (by attribute or by op), or None."""
+    """The first node that calls a function of the library (a call op, or the function
+    as the op), or None. Functional control flow (``If``, ``While``, ...) is not a call:
+    it stays in the graph, and the planner plans it or refuses it (docs/control-flow.md)."""
     library = {f.signature.name for f in graph_def.library.function}
     for node in graph_def.node:
-        if node.op in library or next(_called_functions(node), None) is not None:
+        if node.op in library or node.op in CALL_OPS:
             return node
     return None
 

@@ -262,7 +262,9 @@ fn report(
 
 /// Control flow and function calls in the forward or backward pass hide
 /// their bodies' memory from the planner: such a graph is refused, naming the
-/// first such node. In the update phase or off the loss path they are
+/// first such node, unless the op runs as one op of the schedule
+/// ([`crate::opkind::runs_as_one_op`]) and its body's memory was stated
+/// ([`crate::body`]). In the update phase or off the loss path they are
 /// planned around (never cloned, their outputs treated as ordinary tensors).
 ///
 /// # Errors
@@ -274,9 +276,22 @@ pub fn check_supported(g: &Graph) -> Result<()> {
             && matches!(g.phase[v], Phase::Forward | Phase::Backward)
         {
             let op = g.op_name(v as u32);
+            if n.flags.has(NodeFlags::BODY_KNOWN) && crate::opkind::runs_as_one_op(op) {
+                continue;
+            }
             let reason = if crate::opkind::is_function_call(op) {
                 format!(
                     "a function call in the {} pass that was not inlined: its body's memory is not visible to the planner. Calls are inlined from the GraphDef's library except those marked _noinline, compiled by XLA (jit_compile=True), recursive, or whose function the library lacks (docs/control-flow.md); drop that mark, or export the graph with its library",
+                    g.phase[v].name()
+                )
+            } else if crate::opkind::is_loop(op) {
+                format!(
+                    "a loop in the {} pass whose memory could not be stated: its trip count must be a constant (tf.while_loop: maximum_iterations=a constant; a Keras RNN layer: a static sequence length), its body in the GraphDef's library with every shape known and no call, loop or Case inside, and it must be planned through hybridplan (Python), which reads the body (docs/control-flow.md); else unroll it (a Keras RNN layer: unroll=True)",
+                    g.phase[v].name()
+                )
+            } else if crate::opkind::runs_as_one_op(op) {
+                format!(
+                    "control flow in the {} pass whose body's memory was not stated: plan it through hybridplan (Python), which reads the body from the GraphDef's library; export the graph with its library (docs/control-flow.md)",
                     g.phase[v].name()
                 )
             } else {

@@ -62,6 +62,9 @@ pub struct BuildOptions {
     /// Measured scratch bytes by node name (a profile's), replacing the
     /// rule's for those nodes.
     pub workspace_profile: Vec<(String, u64)>,
+    /// The memory of control-flow nodes' bodies, stated by the caller from
+    /// the GraphDef's library ([`crate::body`]).
+    pub bodies: Vec<crate::body::BodyMemory>,
 }
 
 /// The error of an op that passes each data input through as the output

@@ -61,6 +61,9 @@ impl NodeFlags {
     /// Its schedule position says nothing about when TensorFlow runs it:
     /// ready when the step starts, or dead (`untimed.rs`). Never a trigger.
     pub(crate) const UNTIMED: u8 = 32;
+    /// Control flow whose body's memory the caller stated
+    /// ([`crate::body::BodyMemory`]): planned as one op of the schedule.
+    pub const BODY_KNOWN: u8 = 64;
 
     pub fn has(self, f: u8) -> bool {
         self.0 & f != 0

@@ -34,6 +34,7 @@
 //! ```
 
 pub mod api;
+pub mod body;
 pub mod build;
 pub mod cost;
 pub mod device;

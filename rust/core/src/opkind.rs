@@ -55,6 +55,45 @@ pub fn is_collective(op: &str) -> bool {
     op.starts_with("Collective") || op.starts_with("Nccl")
 }
 
+/// Control-flow ops the planner takes as one op of the schedule once their
+/// body's memory is stated ([`crate::body`]): the functional conditional,
+/// whose branch TensorFlow runs in place of the node (lowered to
+/// `Switch`/`Merge` with the branches inlined, `LowerFunctionalOpsPass`; the
+/// node's outputs keep their names through an `IdentityN`), and the
+/// functional loop (lowered to `Enter`/`Merge`/`Switch`/`NextIteration`/`Exit`
+/// frames, `lower_while_op.cc`; the outputs keep their names the same way),
+/// whose accumulators are stated as the `TensorList`s it returns.
+pub fn runs_as_one_op(op: &str) -> bool {
+    matches!(op, "If" | "StatelessIf" | "While" | "StatelessWhile")
+}
+
+/// The output of a `TensorList` op that is the list (a `variant` whose
+/// attributes name only its elements' dtype): the list these ops make or
+/// return. Its bytes are those it holds, stated by the caller for the lists
+/// a loop fills ([`crate::body`]); 0 otherwise.
+pub fn list_output(op: &str) -> Option<usize> {
+    match op {
+        "TensorListFromTensor"
+        | "TensorListReserve"
+        | "EmptyTensorList"
+        | "TensorListPushBack"
+        | "TensorListPopBack"
+        | "TensorListSetItem"
+        | "TensorListResize"
+        | "TensorListScatterV2"
+        | "TensorListScatterIntoExistingList"
+        | "TensorListSplit" => Some(0),
+        _ => None,
+    }
+}
+
+/// Functional loops: planned as one op once their memory is stated (trip
+/// count and accumulators, [`crate::body`]); refused with their own advice
+/// when it could not be.
+pub fn is_loop(op: &str) -> bool {
+    matches!(op, "While" | "StatelessWhile" | "_While")
+}
+
 /// Ops that must never be recomputed: random (stateful RNG), side effects,
 /// collectives, I/O, and sources. Ops that take a resource handle (variable
 /// reads and writes, iterators) are excluded separately by the builder.

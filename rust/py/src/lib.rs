@@ -149,6 +149,17 @@ impl CoreAnalysis {
         d.set_item("buffer_end", f.buffer_end.into_pyarray(py))?;
         Ok(d)
     }
+    /// `(tensor, owner)` for every tensor whose buffer is another's (an
+    /// output TensorFlow forwards its input's buffer into).
+    fn forwarded(&self) -> Vec<(String, String)> {
+        let g = &self.inner.graph;
+        let owner = &self.inner.liveness.owner;
+        (0..owner.len() as u32)
+            .filter(|&t| owner[t as usize] != t)
+            .map(|t| (g.tensor_name(t), g.tensor_name(owner[t as usize])))
+            .collect()
+    }
+
     /// The `k` largest tensors live at the peak: (name, bytes, dtype, shape, op).
     fn live_at_peak(&self, k: usize) -> Vec<(String, u64, String, Vec<i64>, String)> {
         let g = &self.inner.graph;
@@ -170,6 +181,10 @@ impl CoreAnalysis {
     }
 }
 
+/// A control-flow node's body memory as Python states it: `(node,
+/// scratch_bytes, [(output, branch, dtype, dims, count)])` (`core::body`).
+type Body = (String, u64, Vec<(u32, u32, i64, Vec<i64>, u64)>);
+
 /// The build options of every entry point: `workspace` names the kernels'
 /// scratch rule (`core::workspace::WorkspaceRule::parse`; none when absent).
 fn build_options(
@@ -178,6 +193,7 @@ fn build_options(
     separate_buffers: bool,
     workspace: Option<&str>,
     workspace_profile: Option<Vec<(String, u64)>>,
+    bodies: Option<Vec<Body>>,
 ) -> core::Result<BuildOptions> {
     Ok(BuildOptions {
         loss,
@@ -188,12 +204,31 @@ fn build_options(
             None => WorkspaceRule::None,
         },
         workspace_profile: workspace_profile.unwrap_or_default(),
+        bodies: bodies
+            .unwrap_or_default()
+            .into_iter()
+            .map(|(node, scratch_bytes, held)| core::body::BodyMemory {
+                node,
+                scratch_bytes,
+                held: held
+                    .into_iter()
+                    .map(|(output, branch, dtype, dims, count)| core::body::Held {
+                        output,
+                        branch,
+                        dtype,
+                        dims,
+                        count,
+                    })
+                    .collect(),
+            })
+            .collect(),
     })
 }
 
 /// Decodes a serialized GraphDef and analyses it.
 #[pyfunction]
-#[pyo3(signature = (data, loss=None, persistent_bytes=None, separate_buffers=false, workspace=None, workspace_profile=None))]
+#[pyo3(signature = (data, loss=None, persistent_bytes=None, separate_buffers=false, workspace=None, workspace_profile=None, bodies=None))]
+#[allow(clippy::too_many_arguments)]
 fn analyze(
     py: Python<'_>,
     data: &[u8],
@@ -202,6 +237,7 @@ fn analyze(
     separate_buffers: bool,
     workspace: Option<String>,
     workspace_profile: Option<Vec<(String, u64)>>,
+    bodies: Option<Vec<Body>>,
 ) -> PyResult<CoreAnalysis> {
     let opts = build_options(
         loss,
@@ -209,6 +245,7 @@ fn analyze(
         separate_buffers,
         workspace.as_deref(),
         workspace_profile,
+        bodies,
     )
     .map_err(|e| errors::to_py(py, e))?;
     let inner = run(py, move || core::analyze(data, &opts))?;
@@ -234,6 +271,7 @@ impl<'a> Source<'a> {
         separate_buffers: bool,
         workspace: Option<String>,
         workspace_profile: Option<Vec<(String, u64)>>,
+        bodies: Option<Vec<Body>>,
     ) -> PyResult<Self> {
         let py = data.py();
         if let Ok(a) = data.cast::<CoreAnalysis>() {
@@ -241,10 +279,11 @@ impl<'a> Source<'a> {
                 || persistent_bytes.is_some()
                 || separate_buffers
                 || workspace.is_some()
-                || workspace_profile.is_some();
+                || workspace_profile.is_some()
+                || bodies.is_some();
             if given {
                 return Err(errors::to_py(py, core::PlanError::InvalidArgument(
-                    "the graph is an analysis, which holds its build options: give loss, persistent_bytes, separate_buffers, workspace and workspace_profile to analyze() instead".into(),
+                    "the graph is an analysis, which holds its build options: give loss, persistent_bytes, separate_buffers, workspace, workspace_profile and bodies to analyze() instead".into(),
                 )));
             }
             let a: &'a CoreAnalysis = a.get();
@@ -270,6 +309,7 @@ impl<'a> Source<'a> {
             separate_buffers,
             workspace.as_deref(),
             workspace_profile,
+            bodies,
         )
         .map_err(|e| errors::to_py(py, e))?;
         Ok(Source {
@@ -386,7 +426,7 @@ impl CorePlan {
 
 /// Plans a graph (serialized GraphDef bytes or an analysis) under a budget.
 #[pyfunction]
-#[pyo3(signature = (data, budget, strategy="hybrid", device="v100-nvlink2", device_json=None, loss=None, persistent_bytes=None, min_bytes=65536, profile=None, tflms=None, select=None, separate_buffers=false, workspace=None, workspace_profile=None, host_budget=None))]
+#[pyo3(signature = (data, budget, strategy="hybrid", device="v100-nvlink2", device_json=None, loss=None, persistent_bytes=None, min_bytes=65536, profile=None, tflms=None, select=None, separate_buffers=false, workspace=None, workspace_profile=None, host_budget=None, bodies=None))]
 #[allow(clippy::too_many_arguments)]
 fn plan(
     py: Python<'_>,
@@ -405,6 +445,7 @@ fn plan(
     workspace: Option<String>,
     workspace_profile: Option<Vec<(String, u64)>>,
     host_budget: Option<u64>,
+    bodies: Option<Vec<Body>>,
 ) -> PyResult<CorePlan> {
     let src = Source::new(
         data,
@@ -413,6 +454,7 @@ fn plan(
         separate_buffers,
         workspace,
         workspace_profile,
+        bodies,
     )?;
     let strategy = strategy.to_string();
     let device = device.to_string();
@@ -511,7 +553,7 @@ fn json_error(e: serde_json::Error) -> core::PlanError {
 
 /// The planning problem of a graph (bytes or an analysis) as JSON (`core::export::problem`).
 #[pyfunction]
-#[pyo3(signature = (data, device="v100-nvlink2", device_json=None, loss=None, persistent_bytes=None, min_bytes=65536, profile=None, separate_buffers=false, workspace=None, workspace_profile=None))]
+#[pyo3(signature = (data, device="v100-nvlink2", device_json=None, loss=None, persistent_bytes=None, min_bytes=65536, profile=None, separate_buffers=false, workspace=None, workspace_profile=None, bodies=None))]
 #[allow(clippy::too_many_arguments)]
 fn export_problem(
     py: Python<'_>,
@@ -525,6 +567,7 @@ fn export_problem(
     separate_buffers: bool,
     workspace: Option<String>,
     workspace_profile: Option<Vec<(String, u64)>>,
+    bodies: Option<Vec<Body>>,
 ) -> PyResult<String> {
     let src = Source::new(
         data,
@@ -533,6 +576,7 @@ fn export_problem(
         separate_buffers,
         workspace,
         workspace_profile,
+        bodies,
     )?;
     let device = device.to_string();
     let profile = profile.unwrap_or_default();
@@ -546,7 +590,7 @@ fn export_problem(
 /// Simulates a plan given as JSON (the core's plan format) and reports it
 /// as a plan of `strategy` under `budget` (`core::export::evaluate`).
 #[pyfunction]
-#[pyo3(signature = (data, plan_json, budget, strategy, device="v100-nvlink2", device_json=None, loss=None, persistent_bytes=None, profile=None, separate_buffers=false, workspace=None, workspace_profile=None))]
+#[pyo3(signature = (data, plan_json, budget, strategy, device="v100-nvlink2", device_json=None, loss=None, persistent_bytes=None, profile=None, separate_buffers=false, workspace=None, workspace_profile=None, bodies=None))]
 #[allow(clippy::too_many_arguments)]
 fn simulate_plan(
     py: Python<'_>,
@@ -562,6 +606,7 @@ fn simulate_plan(
     separate_buffers: bool,
     workspace: Option<String>,
     workspace_profile: Option<Vec<(String, u64)>>,
+    bodies: Option<Vec<Body>>,
 ) -> PyResult<CorePlan> {
     let src = Source::new(
         data,
@@ -570,6 +615,7 @@ fn simulate_plan(
         separate_buffers,
         workspace,
         workspace_profile,
+        bodies,
     )?;
     let (device, strategy) = (device.to_string(), strategy.to_string());
     let plan_json = plan_json.to_string();
@@ -586,7 +632,7 @@ fn simulate_plan(
 /// The replay program of a plan, given as its report JSON, as JSON
 /// (`core::replay::replay_analysis_json`).
 #[pyfunction]
-#[pyo3(signature = (data, report_json, device="v100-nvlink2", device_json=None, loss=None, persistent_bytes=None, profile=None, separate_buffers=false, workspace=None, workspace_profile=None))]
+#[pyo3(signature = (data, report_json, device="v100-nvlink2", device_json=None, loss=None, persistent_bytes=None, profile=None, separate_buffers=false, workspace=None, workspace_profile=None, bodies=None))]
 #[allow(clippy::too_many_arguments)]
 fn replay(
     py: Python<'_>,
@@ -600,6 +646,7 @@ fn replay(
     separate_buffers: bool,
     workspace: Option<String>,
     workspace_profile: Option<Vec<(String, u64)>>,
+    bodies: Option<Vec<Body>>,
 ) -> PyResult<String> {
     let src = Source::new(
         data,
@@ -608,6 +655,7 @@ fn replay(
         separate_buffers,
         workspace,
         workspace_profile,
+        bodies,
     )?;
     let device = device.to_string();
     let report_json = report_json.to_string();

@@ -37,7 +37,8 @@ pub(crate) fn finish(
         None => persistent_bytes(g, &variables),
     };
     g.separate_buffers = opts.separate_buffers;
-    let mut overrides = Vec::with_capacity(opts.workspace_profile.len());
+    crate::body::type_lists(g);
+    let mut overrides = crate::body::apply(g, &opts.bodies, &lookup)?;
     for (name, bytes) in &opts.workspace_profile {
         let v = lookup(g, name).ok_or_else(|| {
             PlanError::InvalidArgument(format!(

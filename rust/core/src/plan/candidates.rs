@@ -15,7 +15,8 @@
 //! again by the decoder's concat, is a candidate inside the forward pass.
 //! Outputs of sources (fed inputs, constants) are never candidates: the feed
 //! or the constant holds its buffer for the whole step, so a copy frees
-//! nothing (measured: see docs/accuracy.md).
+//! nothing (measured: see docs/accuracy.md). Handle-typed tensors (a
+//! `variant` that holds tensors, [`crate::body`]) are never candidates.
 //!
 //! # Complexity
 //! O(T + E log E): each tensor's readers are sorted once.
@@ -64,8 +65,12 @@ pub fn swap_candidates(
         if l.owner[t as usize] != t
             || tt.bytes < min_bytes.max(1)
             || g.nodes[tt.node as usize].flags.has(NodeFlags::SOURCE)
+            || tt.dtype.is_handle()
         {
-            continue; // a fed input or constant: its feed holds the buffer anyway
+            // A fed input or constant: its feed holds the buffer anyway. A
+            // handle (a `variant` holding tensors: crate::body): TensorFlow's
+            // `DeepCopy` has no `variant` kernel, so no swap op could copy it.
+            continue;
         }
         if let Some(c) = split_at_gap(
             t,

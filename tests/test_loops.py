@@ -1,0 +1,179 @@
+"""Loops in the step: a functional ``While`` planned as one op of the schedule.
+
+The claims under test: a Keras LSTM and a GRU classifier (sequence 64, batch 8: a forward
+``While`` filling ``TensorList`` accumulators, its gradient ``StatelessWhile`` popping
+them) are traced as TensorFlow traced them. 60% of their activations is out of reach
+(the accumulators, which no swap can copy and no recompute makes, are more than 40% of
+the tensor peak), so each is planned at the smallest budget a plan reaches (about 88%),
+rewritten for CPU emulation and run 3 steps next to the original: losses and weights
+equal bit for bit, the measured device peak within the budget; the loops are never
+cloned and their ``variant`` outputs never swapped; the memory stated for them is their
+body's (trip count x the values pushed each iteration, a variable's value not counted);
+the LSTM's predicted peak is within 10% of the measured one, original and plan; a loop
+whose trip count is not a constant is refused with a typed error that says how to make
+it known.
+"""
+
+from __future__ import annotations
+
+import keras
+import pytest
+import tensorflow as tf
+
+import hybridplan
+from hybridplan import trial
+from hybridplan.controlflow import WHILE_OPS, body_memory
+from hybridplan.models import from_keras
+
+SEQUENCE, BATCH, FEATURES, UNITS = 64, 8, 32, 128
+
+
+def _workload(kind: str):
+    keras.utils.set_random_seed(3)
+    x = keras.Input((SEQUENCE, FEATURES), batch_size=BATCH)
+    layer = {"lstm": keras.layers.LSTM, "gru": keras.layers.GRU}[kind]
+    model = keras.Model(x, keras.layers.Dense(10)(layer(UNITS)(x)))
+    return from_keras(
+        model,
+        tf.TensorSpec([BATCH, SEQUENCE, FEATURES]),
+        tf.TensorSpec([BATCH], tf.int32),
+        10,
+        name=f"{kind}_classifier",
+    )
+
+
+@pytest.mark.parametrize("kind", ["lstm", "gru"])
+def test_rnn_step_plans_at_60_percent_and_runs_bit_identical(kind):
+    w = _workload(kind)
+    gd = w.trace().graph_def
+    loops = {n.name: n for n in gd.node if n.op in WHILE_OPS}
+    assert sum(n.op == "While" for n in loops.values()) == 1  # forward
+    assert sum(n.op == "StatelessWhile" for n in loops.values()) == 1  # its gradient
+
+    # 60% of the activations is out of reach: the loop's TensorList accumulators, live
+    # from the forward loop to its gradient and across the peak, are more than 40% of
+    # the tensor peak, and no swap can move them (TensorFlow's DeepCopy has no variant
+    # kernel) nor recompute make them (a loop is never cloned).
+    a = hybridplan.analyze(gd)
+    live = a.live_at_peak(a.num_tensors)
+    lists = sum(t.bytes for t in live if t.dtype == "variant" and t.op in WHILE_OPS)
+    tensors = a.activation_peak_bytes - a.workspace_peak_bytes
+    assert lists > 0.4 * tensors, (lists, tensors)
+    with pytest.raises(hybridplan.BudgetError, match="smallest a hybrid plan reaches"):
+        trial(w, fraction=0.6)
+    # The smallest budget a plan reaches (trial's choice when 60% is out of reach).
+    t = trial(w)
+    print(t)  # the figures docs/control-flow.md states (pytest -s)
+    assert t.fraction is not None and t.fraction < 0.95, t.note
+    assert t.same_losses and t.same_weights, (t.original.losses, t.planned.losses)
+    assert t.within_budget, (t.planned.device_peak, t.activation_budget)
+    assert t.planned.device_peak < t.original.device_peak
+    assert t.inserted["swap_out"] + t.inserted["clones"] > 0
+    names = [n.name for n in gd.node]
+    for s in t.plan.swaps:
+        node = gd.node[s["node"]]
+        if node.op in WHILE_OPS:  # only ordinary outputs: no swap op copies a variant
+            assert node.attr["T"].list.type[s["output"]] != tf.variant.as_datatype_enum
+    cloned = {names[v] for rc in t.plan.recomputes for v in rc["nodes"]}
+    assert not cloned & set(loops), cloned & set(loops)
+
+
+def test_loop_memory_is_its_accumulators():
+    """The forward loop holds, per iteration, the values its gradient reads (64 of each
+    pushed [8, 128] activation and [8, 32] input step); the kernel and recurrent kernel
+    it pushes each iteration are the variables' buffers (``ReadVariableOp``), counted 0;
+    the gradient loop pops them (counted 0) and holds only what it sets."""
+    gd = _workload("lstm").trace().graph_def
+    stated = {name: (scratch, held) for name, scratch, held in body_memory(gd.SerializeToString())}
+    loops = {n.op: n for n in gd.node if n.op in WHILE_OPS}
+    assert set(loops) == {"While", "StatelessWhile"}
+    assert {n.name for n in loops.values()} <= set(stated)  # both stated: none refused
+    forward_scratch, forward = stated[loops["While"].name]
+    assert forward_scratch > 0
+    assert all(count == SEQUENCE for *_, count in forward)
+    shapes = sorted(tuple(dims) for _, _, _, dims, _ in forward)
+    # No weight-shaped element ([32, 512], [128, 512]): the variables are not copied.
+    assert all(dims in ((BATCH, UNITS), (BATCH, FEATURES)) for dims in shapes), shapes
+    assert shapes.count((BATCH, FEATURES)) == 1  # the input step the gradient reads
+    variant = tf.variant.as_datatype_enum
+    types = loops["While"].attr["T"].list.type
+    assert all(types[k] == variant for k, *_ in forward)
+    _, backward = stated[loops["StatelessWhile"].name]
+    assert all(count == SEQUENCE for *_, count in backward)
+    assert len(backward) < len(forward)
+    # The core takes them: the forward loop's lists hold their bytes until the gradient.
+    a = hybridplan.analyze(gd)
+    index = {n.name: i for i, n in enumerate(gd.node)}
+    assert a.workspace[index[loops["While"].name]] == forward_scratch
+    held = sum(4 * SEQUENCE * d[0] * d[1] for _, _, _, d, _ in forward)
+    live = {t.name: t.bytes for t in a.live_at_peak(a.num_tensors)}
+    in_loops = sum(b for name, b in live.items() if name.startswith(loops["While"].name + ":"))
+    assert in_loops >= held - 4 * SEQUENCE * BATCH * UNITS, (in_loops, held)
+
+
+def test_lstm_predicted_peak_within_10_percent_of_measured():
+    w = _workload("lstm")
+    a = hybridplan.analyze(w.trace())
+    t = trial(w)  # the smallest budget a plan reaches (see above)
+    for predicted, measured in (
+        (a.activation_peak_bytes, t.original.device_peak),
+        (t.predicted_peak, t.planned.device_peak),
+    ):
+        assert abs(predicted - measured) <= 0.10 * measured, (predicted, measured)
+    print(
+        f"LSTM: original predicted {a.activation_peak_bytes} measured {t.original.device_peak}; "
+        f"plan predicted {t.predicted_peak} measured {t.planned.device_peak}"
+    )
+
+
+def _value_loop(maximum_iterations: int | None):
+    """A step whose loop runs until its values grow past 10 (a condition on values)."""
+    keras.utils.set_random_seed(3)
+    dense = keras.layers.Dense(32)
+
+    def step(x, y):
+        with tf.GradientTape() as tape:
+            _, h = tf.while_loop(
+                lambda i, h: tf.reduce_sum(tf.abs(h)) < 10.0,
+                lambda i, h: (i + 1, h + tf.tanh(dense(h))),
+                (0, x),
+                maximum_iterations=maximum_iterations,
+            )
+            loss = tf.reduce_mean(tf.square(h - tf.cast(y[:, None], tf.float32)))
+        grads = tape.gradient(loss, dense.trainable_variables)
+        for v, g in zip(dense.trainable_variables, grads, strict=True):
+            v.assign_sub(0.01 * g)
+        return loss
+
+    dense(tf.zeros([8, 32]))
+    return hybridplan.trace_concrete(
+        tf.function(step).get_concrete_function(
+            tf.TensorSpec([8, 32]), tf.TensorSpec([8], tf.int32)
+        )
+    )
+
+
+def test_loop_with_unknown_trip_count_is_refused():
+    traced = _value_loop(None)  # no constant bounds the iterations
+    gd = traced.graph_def
+    assert any(n.op in WHILE_OPS for n in gd.node)
+    assert not {name for name, *_ in body_memory(gd.SerializeToString())} & {
+        n.name for n in gd.node if n.op in WHILE_OPS
+    }
+    with pytest.raises(hybridplan.UnsupportedGraphError, match="trip count must be a constant"):
+        hybridplan.plan(traced, "1GiB", device="cpu")
+
+
+def test_maximum_iterations_makes_the_trip_count_known():
+    """The refusal's advice works: the same loop with ``maximum_iterations=5`` is stated
+    (forward and gradient loops, 5 iterations: each list holds 5 [8, 32] values) and
+    plans."""
+    traced = _value_loop(5)
+    gd = traced.graph_def
+    loops = {n.name for n in gd.node if n.op in WHILE_OPS}
+    stated = {name: held for name, _, held in body_memory(gd.SerializeToString())}
+    assert loops and loops <= set(stated)
+    forward = [n.name for n in gd.node if n.op == "While"]
+    assert forward and stated[forward[0]]
+    assert all(count == 5 and dims == [8, 32] for *_, dims, count in stated[forward[0]])
+    hybridplan.plan(traced, "1GiB", device="cpu")
