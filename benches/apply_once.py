@@ -49,7 +49,9 @@ def _write_back(writer: str, data: bytes, spec: dict):
     if writer == "reference":  # what apply did: parse the bytes, then copy and edit
         import _rewriting_reference as reference
 
-        return reference.rewrite_with_summary(graph_pb2.GraphDef.FromString(data), spec)
+        return reference.rewrite_with_summary(
+            graph_pb2.GraphDef.FromString(data), reference.spec_of(spec)
+        )
     from hybridplan.rewriting import rewrite_with_summary
 
     return rewrite_with_summary(data, spec)  # what apply does now

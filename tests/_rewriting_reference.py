@@ -779,3 +779,32 @@ class _Writer:
                 # Without a path to the fetches the Session would prune it; the node that
                 # took over the readers runs later anyway, so waiting costs nothing.
                 self.added[self.taker[key]].input.append(f"^{keeper}")
+
+
+def spec_of(plan: dict) -> dict:
+    """The plan in the input shape of the reference writer (its format before the plan
+    schema named every field): ``release`` for the gate's node, arrays for ``inputs``
+    and ``readers``."""
+    swaps = [
+        {
+            **s,
+            "release": s["gate"]["node"] if s.get("gate") else None,
+            "ins": [
+                {k: i[k] for k in ("trigger", "consumers", "clone_consumers")} for i in s["ins"]
+            ],
+        }
+        for s in plan["swaps"]
+    ]
+    recomputes = [
+        {
+            **r,
+            "inputs": None
+            if r["inputs"] is None
+            else [[t["node"], t["output"]] for t in r["inputs"]],
+            "readers": None
+            if r["readers"] is None
+            else [[t["node"], t["output"], t["reads"]] for t in r["readers"]],
+        }
+        for r in plan["recomputes"]
+    ]
+    return {"swaps": swaps, "recomputes": recomputes}

@@ -34,39 +34,10 @@ CASES = [
 ]
 
 
-def _reference_spec(plan: dict) -> dict:
-    """The plan in the input shape of the reference writer (its format before the plan
-    schema named every field): ``release`` for the gate's node, arrays for ``inputs``
-    and ``readers``."""
-    swaps = [
-        {
-            **s,
-            "release": s["gate"]["node"] if s.get("gate") else None,
-            "ins": [
-                {k: i[k] for k in ("trigger", "consumers", "clone_consumers")} for i in s["ins"]
-            ],
-        }
-        for s in plan["swaps"]
-    ]
-    recomputes = [
-        {
-            **r,
-            "inputs": None
-            if r["inputs"] is None
-            else [[t["node"], t["output"]] for t in r["inputs"]],
-            "readers": None
-            if r["readers"] is None
-            else [[t["node"], t["output"], t["reads"]] for t in r["readers"]],
-        }
-        for r in plan["recomputes"]
-    ]
-    return {"swaps": swaps, "recomputes": recomputes}
-
-
 def _same(data: bytes, plan: dict, target: str) -> None:
     source = graph_pb2.GraphDef.FromString(data)
     kept = source.SerializeToString(deterministic=True)
-    old = reference.rewrite_with_summary(source, _reference_spec(plan), target)
+    old = reference.rewrite_with_summary(source, reference.spec_of(plan), target)
     new = rewrite_with_summary(source, plan, target)
     from_bytes = rewrite_with_summary(data, plan, target)
     assert source.SerializeToString(deterministic=True) == kept  # input untouched
