@@ -22,18 +22,12 @@ step "python: ruff, stubs"
 "$PY" -m ruff format --check python tests benches scripts experiments
 "$PY" -m mypy.stubtest hybridplan._core
 
-step "pytest"
+# Every test twice, with TensorFlow's own CPU kernels (oneDNN off: what an AVX2-only CPU
+# runs by default) and with oneDNN's (what an AVX-512 CPU runs by default), each in a
+# process of its own: kernels differ in their scratch (docs/devices.md, "Kernel
+# workspace") and in their arithmetic, and every check must hold under both.
 # pytest exits 5 when it collects no test; set -e turns that into a failure.
-"$PY" -m pytest -q "$@"
-
-# The tests that compare measured memory with the model, again with TensorFlow's own
-# CPU kernels (oneDNN off: what an AVX2-only CPU runs) and with oneDNN's, each in a
-# process of its own: the kernels' scratch differs (docs/devices.md, "Kernel workspace").
-MEMORY_TESTS=(tests/test_trial.py tests/test_measure.py tests/test_distribute.py tests/test_remat.py
-    tests/test_mixed_precision.py)
-if [ "$#" -eq 0 ]; then
-    for onednn in 0 1; do
-        step "pytest, memory-measuring tests, TF_ENABLE_ONEDNN_OPTS=$onednn"
-        TF_ENABLE_ONEDNN_OPTS=$onednn "$PY" -m pytest -q "${MEMORY_TESTS[@]}"
-    done
-fi
+for onednn in 0 1; do
+    step "pytest, TF_ENABLE_ONEDNN_OPTS=$onednn"
+    TF_ENABLE_ONEDNN_OPTS=$onednn "$PY" -m pytest -q "$@"
+done

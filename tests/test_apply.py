@@ -80,9 +80,9 @@ def _run(w, traced, initial, graph_def):
 
 
 def _plan_that_changes_the_graph(traced, strategy):
-    a = hybridplan.analyze(traced)
+    a = hybridplan.analyze(traced, device="cpu")
     for fraction in (0.8, 0.9, 0.97):
-        budget = a.persistent_bytes + int(a.activation_peak_bytes * fraction)
+        budget = a.budget_for(fraction)
         try:
             r = hybridplan.apply(
                 traced,
@@ -134,8 +134,8 @@ def test_hybrid_mixes_swaps_and_clones_and_beats_both():
     w, traced, initial = _workload("small_resnet", "sgd")
     slow = dict(hybridplan.planning._device_args("cpu")[2])
     slow.update(name="slow-link", h2d_bandwidth=2e8, d2h_bandwidth=2e8)
-    a = hybridplan.analyze(traced)
-    budget = a.persistent_bytes + int(a.activation_peak_bytes * 0.7)
+    a = hybridplan.analyze(traced, device=slow)
+    budget = a.budget_for(0.7)
     hybrid = hybridplan.plan(traced, budget, strategy="hybrid", device=slow, min_bytes=256)
     for strategy in ("swap", "recompute"):
         try:
@@ -169,8 +169,8 @@ def test_nothing_to_plan_returns_the_graph_unchanged():
 
 def test_keras_step_trains_the_real_model():
     w = models.small_resnet(size=16, batch=4, blocks=2)
-    a = hybridplan.analyze(w.trace())
-    budget = a.persistent_bytes + int(a.activation_peak_bytes * 0.8)
+    a = hybridplan.analyze(w.trace(), device="cpu")
+    budget = a.budget_for(0.8)
     step = hybridplan.keras_step(
         w.model,
         w.optimizer,

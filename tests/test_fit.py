@@ -53,8 +53,8 @@ def test_every_size_fits_and_the_next_does_not(found):
     for r in f.rows:
         assert r.size is not None and r.fails_at == r.size + 1, r
         if r.strategy == "none":
-            assert hybridplan.analyze(synth(r.size)).peak_bytes <= BUDGET
-            assert hybridplan.analyze(synth(r.fails_at)).peak_bytes > BUDGET
+            assert hybridplan.analyze(synth(r.size), device=DEV).peak_bytes <= BUDGET
+            assert hybridplan.analyze(synth(r.fails_at), device=DEV).peak_bytes > BUDGET
             continue
         p = hybridplan.plan(synth(r.size), BUDGET, strategy=r.strategy, device=DEV)
         assert p.planned.peak_bytes <= BUDGET

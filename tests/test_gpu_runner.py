@@ -29,8 +29,8 @@ NO_TORCH = (
 @pytest.fixture(scope="module")
 def replays():
     g = hybridplan.testing.synthetic_graphdef(600, "mixed", batch=4, size=16)
-    a = hybridplan.analyze(g)
-    b = a.persistent_bytes + (a.peak_bytes - a.persistent_bytes) * 8 // 10
+    a = hybridplan.analyze(g, device="h200-pcie5")  # the device replayed for
+    b = a.budget_for(0.8)
     out = {"none": hybridplan.replay(g, budget=a.peak_bytes, device="h200-pcie5")}
     for s in ("swap", "recompute", "hybrid"):
         out[s] = hybridplan.replay(g, budget=b, strategy=s, device="h200-pcie5")

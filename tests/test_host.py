@@ -24,8 +24,8 @@ HOST = "/device:CPU:1"
 @pytest.fixture(scope="module")
 def synth():
     g = hybridplan.testing.synthetic_graphdef(2000, "residual", batch=8, size=64, channels=32)
-    a = hybridplan.analyze(g)
-    return g, a.persistent_bytes + int(0.6 * (a.peak_bytes - a.persistent_bytes))
+    a = hybridplan.analyze(g, device="v100-nvlink2")  # the device planned for
+    return g, a.budget_for(0.6)
 
 
 def test_every_plan_reports_its_host_peak_and_timeline(synth):
@@ -103,11 +103,10 @@ def test_host_peak_matches_cpu_emulation(strategy):
     setup_cpu_emulation()
     w = small_resnet(size=32, batch=8, filters=16, blocks=3)
     traced = w.trace()
-    a = hybridplan.analyze(traced)
-    budget = a.persistent_bytes + int(0.3 * (a.peak_bytes - a.persistent_bytes))
+    a = hybridplan.analyze(traced, device="cpu")
     r = apply(
         traced,
-        budget,
+        a.budget_for(0.3),
         strategy=strategy,
         device="cpu",
         target="cpu-emulation",
@@ -116,7 +115,10 @@ def test_host_peak_matches_cpu_emulation(strategy):
     )
     predicted = r.plan.host_peak_bytes
     if strategy == "swap":
-        assert 0 < predicted < sum(s["bytes"] for s in r.plan.swaps)
+        # At most the swapped bytes; below them where a buffer is given back before a
+        # later one is taken (with oneDNN's kernels at this budget; with TensorFlow's
+        # own, whose scratch leaves less room, every swapped buffer is held at once).
+        assert 0 < predicted <= sum(s["bytes"] for s in r.plan.swaps)
     m = measure(traced, r.graph_def, [w.batch(0), w.batch(1)], steps=2, host_on_device=True)
     measured = max(m.step_peaks.get(HOST, [0]))
     if predicted == 0:

@@ -34,7 +34,8 @@ CASES = [
 
 def _graph(fam: str, size: int, seed: int) -> tuple[bytes, str, int]:
     _, data, loss = families.family(fam, size, seed)
-    return data, loss, hybridplan.analyze(data, loss=loss, separate_buffers=True).peak_bytes
+    a = hybridplan.analyze(data, loss=loss, separate_buffers=True, device=DEVICE)
+    return data, loss, a.peak_bytes
 
 
 @pytest.mark.parametrize(("fam", "size", "seed", "frac"), CASES)

@@ -20,7 +20,8 @@ def _plan(fam: str, size: int, seed: int, frac: float, strategy: str, **kw):
     """Planned in the exact formulation's memory model (every output a buffer of its
     own), in which the optimum is exact and these graphs were sized."""
     _, data, loss = families.family(fam, size, seed)
-    budget = int(hybridplan.analyze(data, loss=loss, separate_buffers=True).peak_bytes * frac)
+    a = hybridplan.analyze(data, loss=loss, separate_buffers=True, device=DEVICE)
+    budget = int(a.peak_bytes * frac)
     kw.setdefault("separate_buffers", True)
     p = hybridplan.plan(data, budget, strategy=strategy, device=DEVICE, loss=loss, **kw)
     assert p.planned.peak_bytes <= budget
@@ -115,10 +116,10 @@ def test_a_swap_fed_recompute_trains_bit_identically(_deterministic):
     initial = [v.numpy() for v in traced.variables]
     # Sized in the separate-buffers model: with in-place forwarding the same budget
     # is met faster by recomputing alone (chen), which leaves nothing fed to test.
-    a = hybridplan.analyze(traced, separate_buffers=True)
-    budget = a.persistent_bytes + int(a.activation_peak_bytes * 0.7)
     slow = dict(hybridplan.planning._device_args("cpu")[2])
     slow.update(name="slow-link", h2d_bandwidth=1e8, d2h_bandwidth=1e8)
+    a = hybridplan.analyze(traced, separate_buffers=True, device=slow)
+    budget = a.budget_for(0.7)
     r = hybridplan.apply(
         traced,
         budget,

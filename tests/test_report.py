@@ -16,8 +16,8 @@ from hybridplan import report
 @pytest.fixture(scope="module")
 def swap_plan():
     gd = hybridplan.testing.synthetic_graphdef(300, "residual", batch=4, size=16)
-    a = hybridplan.analyze(gd)
-    budget = a.persistent_bytes + (a.peak_bytes - a.persistent_bytes) * 3 // 4
+    a = hybridplan.analyze(gd, device="v100-nvlink2")  # plan()'s device
+    budget = a.budget_for(0.75)
     return hybridplan.plan(gd, budget, strategy="swap")
 
 

@@ -200,7 +200,8 @@ class _Prober:
         self.say(f"size {n}: tracing ...")
         g, t_trace = self.graph(n)
         t0 = time.perf_counter()
-        a = analyze(g[0], loss=g[1])
+        # The unplanned peak on the device planned for (its scratch rule), as plan() sees it.
+        a = analyze(g[0], loss=g[1], device=self.common["device"])
         self.peaks[n] = (a.peak_bytes, a.persistent_bytes)
         for s in todo:
             self.results[(n, s)] = self._plan(n, g, s)
@@ -350,7 +351,7 @@ def fit(
     pr.probe(lo0, names)
     record(lo0)
     (data0, loss0), _ = pr.graph(lo0)
-    a0 = analyze(data0, loss=loss0)
+    a0 = analyze(data0, loss=loss0, device=device)
     act0 = max(a0.peak_bytes - a0.persistent_bytes, 1)
     room = max(nbytes - a0.persistent_bytes, 1)
     guess = _round(min(limit, lo0 * (room / act0) ** (1 / dims)), mult, smallest)
