@@ -18,8 +18,8 @@ cargo clippy -p hybridplan-core --lib -- -D warnings
 cargo test --workspace -q
 
 step "python: ruff, stubs"
-"$PY" -m ruff check python tests benches scripts experiments
-"$PY" -m ruff format --check python tests benches scripts experiments
+"$PY" -m ruff check python tests benches scripts experiments replay
+"$PY" -m ruff format --check python tests benches scripts experiments replay
 "$PY" -m mypy.stubtest hybridplan._core
 
 step "pytest"
@@ -29,11 +29,13 @@ step "pytest"
 # The tests that compare measured memory with the model, again with TensorFlow's own
 # CPU kernels (oneDNN off: what an AVX2-only CPU runs) and with oneDNN's, each in a
 # process of its own: the kernels' scratch differs (docs/devices.md, "Kernel workspace").
-MEMORY_TESTS=(tests/test_trial.py tests/test_measure.py tests/test_distribute.py tests/test_remat.py
+MEMORY_TESTS=(tests/test_trial.py tests/test_measure.py tests/test_distribute.py
     tests/test_mixed_precision.py)
 if [ "$#" -eq 0 ]; then
     for onednn in 0 1; do
         step "pytest, memory-measuring tests, TF_ENABLE_ONEDNN_OPTS=$onednn"
         TF_ENABLE_ONEDNN_OPTS=$onednn "$PY" -m pytest -q "${MEMORY_TESTS[@]}"
+        # The Keras-remat experiment's self-check (experiments/, so not under tests/).
+        TF_ENABLE_ONEDNN_OPTS=$onednn "$PY" experiments/remat_compare.py --check
     done
 fi
