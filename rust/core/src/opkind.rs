@@ -127,14 +127,20 @@ pub const TRANSFERS: [&str; 4] = ["_Send", "_Recv", "_HostSend", "_HostRecv"];
 /// The runtime's plumbing, not the step's kernels: function arguments and
 /// results, and `_EagerConst` (converts a fed NumPy array once per process in
 /// a function graph of its own).
-pub const RUNTIME_PLUMBING: [&str; 5] =
-    ["_Arg", "_Retval", "_DeviceArg", "_DeviceRetval", "_EagerConst"];
+pub const RUNTIME_PLUMBING: [&str; 5] = [
+    "_Arg",
+    "_Retval",
+    "_DeviceArg",
+    "_DeviceRetval",
+    "_EagerConst",
+];
 
 /// Executed op types that replace one node of the graph without absorbing
 /// others: a constant-folded node runs as `Const`/`HostConst` (its folded
 /// inputs do not run), Grappler's arithmetic optimizer turns a division by a
 /// constant into a `Mul`; identities, snapshots and no-ops absorb nothing.
-pub const REPLACES_ONE_NODE: [&str; 6] = ["Const", "HostConst", "Mul", "Identity", "Snapshot", "NoOp"];
+pub const REPLACES_ONE_NODE: [&str; 6] =
+    ["Const", "HostConst", "Mul", "Identity", "Snapshot", "NoOp"];
 
 /// The output of a `TensorList` op that is the list (a `variant` whose
 /// attributes name only its elements' dtype): the list these ops make or
@@ -584,6 +590,35 @@ mod tests {
         assert_eq!(aliased_input("Reshape"), Some(0));
         assert_eq!(aliased_input("IdentityN"), Some(usize::MAX));
         assert_eq!(aliased_input("Relu"), None);
+    }
+
+    #[test]
+    fn the_sets_python_matches_agree_with_the_predicates() {
+        for op in CONDITIONALS {
+            assert!(
+                runs_as_one_op(op) && is_control_flow(op) && !is_loop(op),
+                "{op}"
+            );
+        }
+        for op in ONE_OP_LOOPS {
+            assert!(
+                runs_as_one_op(op) && is_control_flow(op) && is_loop(op),
+                "{op}"
+            );
+        }
+        let lists = LIST_ADDS_ELEMENT.iter().map(|(op, _)| *op);
+        for op in lists.chain(LIST_TAKES_ELEMENT).chain(LIST_HOLDS_INPUT) {
+            assert_eq!(list_output(op), Some(0), "{op}: its output 0 is the list");
+        }
+        for op in IDENTITIES {
+            assert_eq!(aliased_input(op), Some(0), "{op}");
+        }
+        for op in CONSTANTS.iter().chain(&FEEDS).chain(&TRANSFERS) {
+            assert!(never_recompute(op), "{op}");
+        }
+        assert!(ARGUMENTS.iter().all(|op| FEEDS.contains(op)));
+        assert!(VARIABLE_READS.iter().all(|op| takes_handle(op)));
+        assert!(!runs_as_one_op("Case") && !runs_as_one_op("_While"));
     }
 
     #[test]
