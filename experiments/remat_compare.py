@@ -5,6 +5,9 @@ One command, on two logical CPU devices (``/device:CPU:0`` plays the accelerator
 
     python experiments/remat_compare.py            # 3 models; writes docs/remat.md (~2.5 min)
     python experiments/remat_compare.py --quick    # one tiny model, stdout only
+    python experiments/remat_compare.py --check    # its self-check alone
+
+A full run first runs the self-check (``remat_compare_check.py``) and stops if it fails.
 
 For each reference model (a residual network, a 3D U-Net, a transformer stack):
 
@@ -73,6 +76,7 @@ from hybridplan.errors import BudgetError  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs" / "remat.md"
+CHECK = Path(__file__).resolve().parent / "remat_compare_check.py"
 BEGIN, END = "<!-- remat:begin -->", "<!-- remat:end -->"
 STRATEGIES = ("swap", "recompute", "hybrid")
 MODES = ("full", "activations", "larger_than", "list_of_layers")
@@ -686,6 +690,13 @@ def write_docs(block: str) -> None:
 # --------------------------------------------------------------------------- main
 
 
+def self_check() -> int:
+    """Runs ``remat_compare_check.py`` (this experiment's own tests) with pytest: the
+    Keras variants trace and keep the losses, the matched plan measures at or below."""
+    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(CHECK)]
+    return subprocess.run(cmd, check=False).returncode  # a fresh process: TF set up anew
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help="one tiny model, stdout only")
@@ -694,7 +705,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-docs", action="store_true", help=f"do not rewrite {DOCS.name}")
     ap.add_argument("--steps", type=int, default=3, help="traced steps per graph")
     ap.add_argument("--rounds", type=int, default=9, help="timed rounds per model")
+    ap.add_argument("--check", action="store_true", help="run the self-check only")
     args = ap.parse_args(argv)
+    if args.check or not (args.quick or args.only):
+        check = self_check()
+        if check != 0 or args.check:
+            return int(check)
     tf.config.experimental.enable_op_determinism()
     tf.config.optimizer.set_experimental_options({"arithmetic_optimization": False})
     chosen = QUICK if args.quick else MODELS

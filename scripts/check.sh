@@ -18,8 +18,8 @@ cargo clippy -p hybridplan-core --lib -- -D warnings
 cargo test --workspace -q
 
 step "python: ruff, stubs"
-"$PY" -m ruff check python tests benches scripts experiments
-"$PY" -m ruff format --check python tests benches scripts experiments
+"$PY" -m ruff check python tests benches scripts experiments replay
+"$PY" -m ruff format --check python tests benches scripts experiments replay
 "$PY" -m mypy.stubtest hybridplan._core
 
 # Every test twice, with TensorFlow's own CPU kernels (oneDNN off: what an AVX2-only CPU
@@ -30,4 +30,8 @@ step "python: ruff, stubs"
 for onednn in 0 1; do
     step "pytest, TF_ENABLE_ONEDNN_OPTS=$onednn"
     TF_ENABLE_ONEDNN_OPTS=$onednn "$PY" -m pytest -q "$@"
+    if [ "$#" -eq 0 ]; then
+        # The Keras-remat experiment's self-check (experiments/, so not under tests/).
+        TF_ENABLE_ONEDNN_OPTS=$onednn "$PY" experiments/remat_compare.py --check
+    fi
 done

@@ -1,4 +1,4 @@
-"""The standalone GPU runner (experiments/gpu) on the CPU: its pure-Python layout of a
+"""The standalone GPU replay player (replay/) on the CPU: its pure-Python layout of a
 replay (order, waits, buffer drops, kernel parameters from shapes) always, and a dry
 run of the player with real PyTorch kernels when PyTorch is installed."""
 
@@ -14,13 +14,13 @@ import pytest
 import hybridplan
 import hybridplan.testing
 
-GPU = pathlib.Path(__file__).parents[1] / "experiments" / "gpu"
+GPU = pathlib.Path(__file__).parents[1] / "replay"
 sys.path.insert(0, str(GPU))
 import replay_program as rp  # noqa: E402
 
 HAS_TORCH = importlib.util.find_spec("torch") is not None
 NO_TORCH = (
-    "PyTorch is not installed: the CPU dry run of experiments/gpu/runner.py needs it "
+    "PyTorch is not installed: the CPU dry run of replay/runner.py needs it "
     "(pip install torch --index-url https://download.pytorch.org/whl/cpu); the "
     "pure-Python tests of the runner in this file still run"
 )

@@ -16,9 +16,7 @@ from hybridplan import InvalidArgumentError, _core, device_model
 from hybridplan._backend import workspace_rule
 from hybridplan.cli import EXIT_BAD_INPUT, main
 
-SCHEMA = json.loads(
-    (pathlib.Path(__file__).parents[1] / "experiments/gpu/replay.schema.json").read_text()
-)
+SCHEMA = json.loads((pathlib.Path(__file__).parents[1] / "replay/replay.schema.json").read_text())
 STRATEGIES = ("swap", "recompute", "hybrid")
 
 

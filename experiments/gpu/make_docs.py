@@ -23,7 +23,7 @@ Every other GPU figure in this project is the simulator's prediction. This page 
 the predictions next to measurements on one NVIDIA H200, made with PyTorch alone (no
 TensorFlow runs there): the planned step is exported by the core as a *replay program*
 (`hybridplan replay`, `rust/core/src/replay.rs`) and played by a standalone runner
-(`experiments/gpu/runner.py`): real kernels of the same shapes for the op types it
+(`replay/runner.py`): real kernels of the same shapes for the op types it
 knows, a timed busy kernel of the predicted time for the rest, real asynchronous
 copies to and from pinned host memory on their own streams, ordered with CUDA events
 as the plan orders them, and real allocations (peak = `torch.cuda.max_memory_allocated`).
@@ -44,7 +44,7 @@ Back here, this page and a measured device description:
     python experiments/gpu/device_file.py results.json -o h200-measured.json
     hybridplan plan step.pb --device h200-measured.json ...
 
-The replay format: `experiments/gpu/replay.schema.json` (version 1). A CPU dry run
+The replay format: `replay/replay.schema.json` (version 1). A CPU dry run
 of the runner (same order, buffers and kernels; no streams, pinned memory or busy
 kernels) is tested in `tests/test_gpu_runner.py` when PyTorch is installed.
 """

@@ -19,6 +19,7 @@ __all__ = [
     "function_call_ops",
     "load_plan",
     "op_facts",
+    "op_table",
     "plan",
     "replay",
     "simulate_plan",
@@ -211,6 +212,29 @@ def dtypes() -> list[tuple[int, str, int, bool]]: ...
 def strategies() -> list[tuple[str, str, bool]]: ...
 def function_call_ops() -> list[str]: ...
 def op_facts(op: str) -> tuple[bool, bool, bool, str | None]: ...
+
+# The core's op-type sets (rust/core/src/opkind.rs, where each is documented).
+@type_check_only
+class OpTable(TypedDict):
+    conditionals: list[str]
+    loops: list[str]
+    list_adds_element: dict[str, int]
+    list_takes_element: list[str]
+    list_holds_input: list[str]
+    optional_from_value: list[str]
+    identities: list[str]
+    arguments: list[str]
+    feeds: list[str]
+    less: list[str]
+    logical_and: list[str]
+    additions: list[str]
+    constants: list[str]
+    variable_reads: list[str]
+    transfers: list[str]
+    runtime_plumbing: list[str]
+    replaces_one_node: list[str]
+
+def op_table() -> OpTable: ...
 def synthetic_graphdef(
     nodes: int, kind: str = "mixed", batch: int = 8, size: int = 32, channels: int = 64
 ) -> bytes: ...

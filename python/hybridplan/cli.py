@@ -173,7 +173,7 @@ def _parser() -> argparse.ArgumentParser:
 
     p = add(
         "replay",
-        help="write a plan's replay program (JSON) for experiments/gpu/runner.py",
+        help="write a plan's replay program (JSON) for replay/runner.py",
         description="Plans the step (or reads --plan) and writes the replay program: the "
         "compute stream's ops with shapes and predicted times, every swap and clone, and the "
         "predicted timeline (docs/gpu.md).",

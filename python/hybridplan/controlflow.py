@@ -56,17 +56,44 @@ from __future__ import annotations
 
 from typing import Any
 
+from . import _core
+
 __all__ = ["IF_OPS", "WHILE_OPS", "body_memory"]
 
+# Every op type this module matches is a fact of the core's one op table
+# (``rust/core/src/opkind.rs``, exported by ``_core.op_table``); none is spelled here.
+_OPS = _core.op_table()
+
 #: The functional conditionals planned as one op: with :data:`WHILE_OPS`, the ops of
-#: ``opkind::runs_as_one_op`` in the core, which refuses any other control flow in the
-#: forward or backward pass.
-IF_OPS = ("If", "StatelessIf")
-#: The functional loops planned as one op (``tf.while_loop``, a Keras RNN layer).
-WHILE_OPS = ("While", "StatelessWhile")
+#: ``opkind::runs_as_one_op`` in the core (``opkind::CONDITIONALS``), which refuses any
+#: other control flow in the forward or backward pass.
+IF_OPS: tuple[str, ...] = tuple(_OPS["conditionals"])
+#: The functional loops planned as one op (``tf.while_loop``, a Keras RNN layer;
+#: ``opkind::ONE_OP_LOOPS``).
+WHILE_OPS: tuple[str, ...] = tuple(_OPS["loops"])
+
+#: TensorList ops that add one element to the list they take as input 0, and the input
+#: that is the element (the list holds the element's buffer: no copy is made).
+_ADDS_ELEMENT: dict[str, int] = dict(_OPS["list_adds_element"])
+#: TensorList ops that take one element off the list they take as input 0.
+_TAKES_ELEMENT = frozenset(_OPS["list_takes_element"])
+#: TensorList ops whose list holds their input 0's buffer (``TensorListFromTensor``).
+_HOLDS_INPUT = frozenset(_OPS["list_holds_input"])
+_OPTIONAL = frozenset(_OPS["optional_from_value"])  # wraps its inputs in an optional
+_IDENTITY = frozenset(_OPS["identities"])  # output 0 is input 0, unchanged
+_ARGUMENT = frozenset(_OPS["arguments"])  # a function body's argument
+_FEEDS = frozenset(_OPS["feeds"])  # fed at run time: no constant reads one
+_LESS = frozenset(_OPS["less"])
+_AND = frozenset(_OPS["logical_and"])
+_ADD = frozenset(_OPS["additions"])
+_CONSTANT = frozenset(_OPS["constants"])
+_VARIABLE_READ = frozenset(_OPS["variable_reads"])  # its output is the variable's buffer
+#: The handle dtypes (``resource``, ``variant``): no bytes of their own, from the core's
+#: dtype table.
+_HANDLES = frozenset(code for code, _, _, handle in _core.dtypes() if handle)
+_VARIANT = next(code for code, name, _, _ in _core.dtypes() if name == "variant")
 
 _MARKERS = tuple(b"\x12" + bytes([len(op)]) + op.encode() for op in IF_OPS + WHILE_OPS)
-_VARIANT = 21  # DataType DT_VARIANT
 
 Body = tuple[str, int, list[tuple[int, int, int, list[int], int]]]
 
@@ -136,7 +163,7 @@ def _stated(node: Any, lib: dict[str, Any], workspace: str | None, depth: int) -
         for k, arg in enumerate(fdef.signature.output_arg):
             ret = flat_names.get(fdef.ret.get(arg.name, ""), "")
             producer = by_name.get(ret.split(":")[0])
-            if producer is None or producer.op != "OptionalFromValue":
+            if producer is None or producer.op not in _OPTIONAL:
                 continue
             components = _components(producer, by_name)
             if components is None:
@@ -187,7 +214,6 @@ def _peak_parts(
     """The body's peak as the core computes it, the bytes of its arguments live at the
     peak, and those of the tensors named in ``also`` (``name:k``, or the tensor whose
     buffer TensorFlow forwards into one) live there."""
-    from . import _core
     from .errors import HybridplanError
 
     try:
@@ -196,7 +222,7 @@ def _peak_parts(
         )
     except HybridplanError:
         return None
-    args = {n.name for n in bgd.node if n.op == "Placeholder"}
+    args = {n.name for n in bgd.node if n.op in _ARGUMENT}
     live = a.live_at_peak(a.num_tensors)
     if also:
         also = also | {owner for name, owner in a.forwarded() if name in also}
@@ -208,12 +234,6 @@ def _peak_parts(
 
 
 # ---------------------------------------------------------------------------- loops
-
-#: TensorList ops that add one element to the list they take as input 0, and the input
-#: that is the element (the list holds the element's buffer: no copy is made).
-_ADDS_ELEMENT = {"TensorListPushBack": 1, "TensorListSetItem": 2}
-#: TensorList ops that take one element off the list they take as input 0.
-_TAKES_ELEMENT = ("TensorListPopBack",)
 
 
 def _loop(
@@ -298,7 +318,7 @@ def _loop_variable_bytes(node: Any) -> int | None:
         return None
     total = 0
     for dtype, shape in zip(types, shapes, strict=True):
-        if dtype in (20, _VARIANT):
+        if dtype in _HANDLES:
             continue
         if shape.unknown_rank or any(d.size < 0 for d in shape.dim):
             return None
@@ -314,12 +334,12 @@ def _shares_a_buffer(ref: str, by_name: dict[str, Any], invariant: set[str]) -> 
     a variable's value (``ReadVariableOp`` returns the variable's buffer) or an argument
     the body passes through unchanged (a loop-invariant input, held outside)."""
     producer = by_name.get(ref.split(":")[0])
-    return producer is not None and (producer.op == "ReadVariableOp" or producer.name in invariant)
+    return producer is not None and (producer.op in _VARIABLE_READ or producer.name in invariant)
 
 
 def _arg_nodes(fdef: Any, bgd: Any) -> list[str]:
     """The body's argument nodes (``Placeholder``), in the signature's order."""
-    placeholders = [n.name for n in bgd.node if n.op == "Placeholder"]
+    placeholders = [n.name for n in bgd.node if n.op in _ARGUMENT]
     if len(placeholders) != len(fdef.signature.input_arg):
         return []
     return placeholders
@@ -330,7 +350,7 @@ def _through_identity(ref: str, by_name: dict[str, Any]) -> str:
     ref = ref if ":" in ref else ref + ":0"
     for _ in range(len(by_name) + 1):
         producer = by_name.get(ref.split(":")[0])
-        if producer is None or producer.op != "Identity":
+        if producer is None or producer.op not in _IDENTITY:
             return ref
         ref = producer.input[0] if ":" in producer.input[0] else producer.input[0] + ":0"
     return ref
@@ -341,7 +361,7 @@ def _shape(ref: str, by_name: dict[str, Any]) -> list[int] | None:
     argument's: its ``shape``)."""
     name, _, index = ref.partition(":")
     src = by_name.get(name)
-    if src is not None and src.op == "Placeholder" and "shape" in src.attr:
+    if src is not None and src.op in _ARGUMENT and "shape" in src.attr:
         shapes = [src.attr["shape"].shape]
     elif src is None or "_output_shapes" not in src.attr:
         return None
@@ -395,7 +415,7 @@ def _trip_count(
 
     def counter(k: int) -> bool:
         step = bby.get(rets[k].split(":")[0]) if k < len(rets) else None
-        if step is None or step.op not in ("AddV2", "Add"):
+        if step is None or step.op not in _ADD:
             return False
         a, b = (_through_identity(i, bby) for i in step.input[:2])
         one = [x for x in (a, b) if x != bargs[k] + ":0"]
@@ -416,9 +436,9 @@ def _trip_count(
         producer = cby.get(frontier.pop().split(":")[0])
         if producer is None:
             continue
-        if producer.op == "LogicalAnd":
+        if producer.op in _AND:
             frontier.extend(_through_identity(i, cby) for i in producer.input[:2])
-        elif producer.op == "Less":
+        elif producer.op in _LESS:
             i, b = (_through_identity(x, cby) for x in producer.input[:2])
             name = i.split(":")[0]
             if name not in cargs:
@@ -433,11 +453,11 @@ def _trip_count(
 
 
 def _const(ref: str, by_name: dict[str, Any]) -> int | None:
-    """The value of an integer scalar ``Const``, or ``None``."""
+    """The value of an integer scalar constant (``Const``), or ``None``."""
     from tensorflow.python.framework import tensor_util
 
     src = by_name.get(ref.split(":")[0])
-    if src is None or src.op != "Const":
+    if src is None or src.op not in _CONSTANT:
         return None
     try:
         v = tensor_util.MakeNdarray(src.attr["value"].tensor)
@@ -479,12 +499,12 @@ def _evaluate(ref: str, by_name: dict[str, Any], gd: Any) -> int | None:
         if name in seen:
             continue
         n = by_name.get(name)
-        if n is None or n.op in ("Placeholder", "PlaceholderWithDefault"):
+        if n is None or n.op in _FEEDS:
             return None
         op_def = op_def_registry.get(n.op)
         if op_def is None or op_def.is_stateful or _runs_function(n, {}):
             return None
-        if any(t.type in (20, 21) for t in op_def.input_arg):  # resource, variant
+        if any(t.type in _HANDLES for t in op_def.input_arg):  # resource, variant
             return None
         seen.add(name)
         stack.extend(n.input)
@@ -511,7 +531,7 @@ def _lists_of_tensors(gd: Any) -> list[Body]:
     by_name = {n.name: n for n in gd.node}
     out = []
     for n in gd.node:
-        if n.op != "TensorListFromTensor" or not n.input:
+        if n.op not in _HOLDS_INPUT or not n.input:
             continue
         dims = _shape(n.input[0] if ":" in n.input[0] else n.input[0] + ":0", by_name)
         if dims is not None:

@@ -67,6 +67,10 @@ __all__ = [
 
 #: ``DT_RESOURCE``, from the core's dtype table.
 _RESOURCE = next(code for code, name, _, _ in _core.dtypes() if name == "resource")
+#: The core's identities (``opkind::IDENTITIES``) and function-argument op
+#: (``opkind::ARGUMENTS``: a step's fed input or captured handle).
+_IDENTITIES = frozenset(_core.op_table()["identities"])
+_ARGUMENTS = frozenset(_core.op_table()["arguments"])
 
 
 # --------------------------------------------------------------------------- tracing
@@ -247,7 +251,7 @@ def _through_identities(graph_def: Any, tensor: str) -> str:
     for _ in range(len(graph_def.node) + 1):
         node = by_name[tensor.rsplit(":", 1)[0]]
         data = [i for i in node.input if not i.startswith("^")]
-        if node.op != "Identity" or not data:
+        if node.op not in _IDENTITIES or not data:
             break
         tensor = data[0] if ":" in data[0] else f"{data[0]}:0"
     return tensor
@@ -315,14 +319,14 @@ def node_devices(graph_def: Any, captures: Sequence[tuple[Any, str]] = ()) -> li
             j = index.get(text.lstrip("^").split(":")[0])
             if text.startswith("^") or j is None or not devices[j]:
                 continue
-            if nodes[j].op == "Placeholder" and nodes[j].attr["dtype"].type == _RESOURCE:
+            if nodes[j].op in _ARGUMENTS and nodes[j].attr["dtype"].type == _RESOURCE:
                 devices[i] = devices[j]
                 break
     readers: dict[int, set[str]] = {}
     for i, node in enumerate(nodes):
         for text in node.input:
             j = index.get(text.split(":")[0])
-            if not text.startswith("^") and j is not None and nodes[j].op == "Placeholder":
+            if not text.startswith("^") and j is not None and nodes[j].op in _ARGUMENTS:
                 readers.setdefault(j, set()).add(devices[i])
     for j, seen in readers.items():
         if not devices[j] and len(seen) == 1:

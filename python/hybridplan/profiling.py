@@ -68,6 +68,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from . import _core
 from .errors import InvalidArgumentError
 from .inlining import inlined
 from .measuring import (
@@ -90,7 +91,7 @@ _LABEL = re.compile(r"^(?:\[[^\]]*\]\s*)?(?P<name>\S+) = (?P<op>[^(\s]+)\((?P<in
 #: Executed op types that replace one node without absorbing others: a constant-folded
 #: node runs as ``Const`` (its folded inputs do not run: they count as removed); the
 #: arithmetic optimizer turns a division by a constant into a ``Mul``.
-_NOT_FUSION = {"Const", "HostConst", "Mul", "Identity", "Snapshot", "NoOp"}
+_NOT_FUSION = frozenset(_core.op_table()["replaces_one_node"])  # opkind::REPLACES_ONE_NODE
 
 
 @dataclass(frozen=True)
@@ -468,8 +469,6 @@ def _normalise_op(op: str) -> str:
 def _flops(source: Any) -> Any:
     """FLOPs of every node of ``source`` from shapes alone, by GraphDef index: the cost
     model's (``cost::flops`` of the core), to split a fused kernel's time."""
-    from . import _core
-
     return _core.analyze(source.SerializeToString()).node_facts()["flops"]
 
 

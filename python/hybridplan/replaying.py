@@ -4,7 +4,7 @@ The replay (JSON, ``version`` = ``hybridplan.REPLAY_VERSION``) lists the planned
 step as the simulator sees it: the compute stream's ops with their types, kernel
 classes, input and output tensors (dtype, shape, bytes) and predicted times; each
 swap's bytes, producer, trigger and readers; each recompute's clones; every stream
-event and the predicted memory timeline. ``experiments/gpu/runner.py`` plays it on a
+event and the predicted memory timeline. ``replay/runner.py`` plays it on a
 GPU with PyTorch alone. The format is written by the core (``rust/core/src/replay.rs``).
 """
 

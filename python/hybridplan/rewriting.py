@@ -345,7 +345,9 @@ def _outputs_of(op: str) -> tuple[Any, tuple[tuple[str, int, str, str], ...]]:
 
 
 #: Producers whose outputs clones read directly, not through a gate (see ``gated``).
-_UNGATED_OPS = frozenset({"Const", "HostConst", "ReadVariableOp"})
+#: The core's constants and variable reads (``opkind::CONSTANTS``,
+#: ``opkind::VARIABLE_READS``): their buffers are held for the whole step.
+_UNGATED_OPS = frozenset(_core.op_table()["constants"] + _core.op_table()["variable_reads"])
 
 
 def _readers(inputs: Any) -> dict[str, int]:

@@ -30,6 +30,7 @@ from typing import Any
 
 import tensorflow as tf
 
+from hybridplan import _core
 from hybridplan.errors import InvalidArgumentError, ShapeError, UnsupportedGraphError
 from hybridplan.inlining import CALL_OPS
 
@@ -387,10 +388,14 @@ def _make_traced(cf: Any, graph_def: Any, loss: int | str | None) -> Traced:
     )
 
 
+#: Ops whose output 0 is input 0 unchanged (the core's ``opkind::IDENTITIES``).
+_IDENTITIES = frozenset(_core.op_table()["identities"])
+
+
 def _through_identities(tensor: tf.Tensor) -> tf.Tensor:
     """Follow ``Identity`` ops back to the tensor they forward (bounded by graph size)."""
     for _ in range(len(tensor.graph.get_operations()) + 1):
-        if tensor.op.type != "Identity":
+        if tensor.op.type not in _IDENTITIES:
             break
         tensor = tensor.op.inputs[0]
     return tensor

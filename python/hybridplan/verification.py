@@ -44,6 +44,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from . import _core
 from .errors import InvalidArgumentError, UnsupportedGraphError
 
 __all__ = [
@@ -64,12 +65,12 @@ _PAD_CHARS = frozenset("-9A")
 #: Ops the partitioner adds for a device crossing (a swap to the host adds a pair), and
 #: the names it gives the nodes around them (``<source>/_<n>``, ``<source>/ctrl/_<n>``: a
 #: control edge crossing devices becomes a dummy ``Const``, a pair and an ``Identity``).
-_TRANSFER_OPS = frozenset({"_Send", "_Recv", "_HostSend", "_HostRecv"})
+_TRANSFER_OPS = frozenset(_core.op_table()["transfers"])  # opkind::TRANSFERS
 #: The runtime's plumbing, not the step's kernels: function arguments and results, and
 #: ``_EagerConst``, which converts a NumPy batch once per process in a function graph of
 #: its own (``_Arg`` -> ``_EagerConst`` -> ``_Retval``), so whichever step runs first shows
 #: one such graph per fed array and the other none.
-_PLUMBING_OPS = frozenset({"_Arg", "_Retval", "_DeviceArg", "_DeviceRetval", "_EagerConst"})
+_PLUMBING_OPS = frozenset(_core.op_table()["runtime_plumbing"])  # opkind::RUNTIME_PLUMBING
 _PARTITIONER = re.compile(r"/_\d+$")
 #: The ``NoOp`` the partitioner puts on the receiving side when several control edges
 #: cross from one device to one node (``GroupCrossDeviceControlEdges_<n>/<node>``): what a

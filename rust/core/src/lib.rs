@@ -19,7 +19,7 @@
 //! | plan | [`plan`] | candidates, units, options, the greedy, TFLMS, the strategies ([`plan::planner`]) |
 //! | all of it | [`api`] | bytes -> analysis -> plan -> simulated report, in one call |
 //! | export | [`export`] | the problem as plain data for exact solvers; an outside plan judged |
-//! | replay | [`replay`] | a plan as a self-contained program for a GPU runner (`experiments/gpu`) |
+//! | replay | [`replay`] | a plan as a self-contained program for a GPU runner (`replay/`) |
 //!
 //! `synth` (synthetic training steps, for tests, benchmarks and
 //! experiments) is compiled with the `testing` feature only.

@@ -64,8 +64,83 @@ pub fn is_collective(op: &str) -> bool {
 /// frames, `lower_while_op.cc`; the outputs keep their names the same way),
 /// whose accumulators are stated as the `TensorList`s it returns.
 pub fn runs_as_one_op(op: &str) -> bool {
-    matches!(op, "If" | "StatelessIf" | "While" | "StatelessWhile")
+    CONDITIONALS.contains(&op) || ONE_OP_LOOPS.contains(&op)
 }
+
+/// The functional conditionals of [`runs_as_one_op`] (`tf.cond` in a
+/// `tf.function`): the branches are the `then_branch`/`else_branch` functions.
+pub const CONDITIONALS: [&str; 2] = ["If", "StatelessIf"];
+
+/// The functional loops of [`runs_as_one_op`] (`tf.while_loop`, a Keras RNN):
+/// the body and condition are the `body`/`cond` functions.
+pub const ONE_OP_LOOPS: [&str; 2] = ["While", "StatelessWhile"];
+
+/// `TensorList` ops that add one element to the list they take as input 0,
+/// with the input that is the element: the list keeps the element's buffer
+/// (no copy, `list_kernels.h`).
+pub const LIST_ADDS_ELEMENT: [(&str, usize); 2] =
+    [("TensorListPushBack", 1), ("TensorListSetItem", 2)];
+
+/// `TensorList` ops that take one element off the list they take as input 0
+/// (the element is returned, the list holds one buffer less).
+pub const LIST_TAKES_ELEMENT: [&str; 1] = ["TensorListPopBack"];
+
+/// `TensorList` ops whose list holds their input 0's buffer, sliced along
+/// dimension 0 (no copy, `list_kernels.h`): the list holds the input's bytes.
+pub const LIST_HOLDS_INPUT: [&str; 1] = ["TensorListFromTensor"];
+
+/// The op that wraps its inputs in an optional (`variant`): the optional holds
+/// its components (`cond_v2` wraps the intermediates a gradient `If` reads).
+pub const OPTIONAL_FROM_VALUE: [&str; 1] = ["OptionalFromValue"];
+
+/// Ops whose output 0 is their input 0 unchanged, value and shape (a subset of
+/// [`aliased_input`]: no reshape).
+pub const IDENTITIES: [&str; 1] = ["Identity"];
+
+/// The op of a function's argument in the GraphDef TensorFlow makes of a
+/// function body (`function_def_to_graph_def`), and of a step's fed input.
+pub const ARGUMENTS: [&str; 1] = ["Placeholder"];
+
+/// Ops whose value is fed at run time (an argument, or a default that a feed
+/// replaces): no constant subgraph reads one.
+pub const FEEDS: [&str; 2] = ["Placeholder", "PlaceholderWithDefault"];
+
+/// Element-wise `x < y` (a loop condition's bound).
+pub const LESS: [&str; 1] = ["Less"];
+
+/// Element-wise logical and (a loop condition joining bounds).
+pub const LOGICAL_AND: [&str; 1] = ["LogicalAnd"];
+
+/// Element-wise `x + y` (a loop counter's step).
+pub const ADDITIONS: [&str; 2] = ["Add", "AddV2"];
+
+/// The constants of [`is_constant`].
+pub const CONSTANTS: [&str; 2] = ["Const", "HostConst"];
+
+/// The variable reads of [`is_variable_read`].
+pub const VARIABLE_READS: [&str; 1] = ["ReadVariableOp"];
+
+/// Ops TensorFlow's partitioner adds for a device crossing (a swap to the host
+/// adds a pair): not the step's kernels.
+pub const TRANSFERS: [&str; 4] = ["_Send", "_Recv", "_HostSend", "_HostRecv"];
+
+/// The runtime's plumbing, not the step's kernels: function arguments and
+/// results, and `_EagerConst` (converts a fed NumPy array once per process in
+/// a function graph of its own).
+pub const RUNTIME_PLUMBING: [&str; 5] = [
+    "_Arg",
+    "_Retval",
+    "_DeviceArg",
+    "_DeviceRetval",
+    "_EagerConst",
+];
+
+/// Executed op types that replace one node of the graph without absorbing
+/// others: a constant-folded node runs as `Const`/`HostConst` (its folded
+/// inputs do not run), Grappler's arithmetic optimizer turns a division by a
+/// constant into a `Mul`; identities, snapshots and no-ops absorb nothing.
+pub const REPLACES_ONE_NODE: [&str; 6] =
+    ["Const", "HostConst", "Mul", "Identity", "Snapshot", "NoOp"];
 
 /// The output of a `TensorList` op that is the list (a `variant` whose
 /// attributes name only its elements' dtype): the list these ops make or
@@ -169,12 +244,12 @@ pub fn takes_handle(op: &str) -> bool {
 /// The op that reads a resource variable's value (its output aliases the
 /// variable's buffer when its input is a handle, [`reads_variable`]).
 pub fn is_variable_read(op: &str) -> bool {
-    op == "ReadVariableOp"
+    VARIABLE_READS.contains(&op)
 }
 
 /// Constants: their buffer is held by the kernel for the whole step.
 pub fn is_constant(op: &str) -> bool {
-    matches!(op, "Const" | "HostConst")
+    CONSTANTS.contains(&op)
 }
 
 /// True if the op's output aliases a variable's buffer (a read of a handle).
@@ -452,7 +527,7 @@ pub fn add_group_root(op: &str) -> bool {
 }
 
 /// The kind of kernel an op type runs, for programs that replay a plan with
-/// real kernels of the same shapes (`crate::replay`, `experiments/gpu`):
+/// real kernels of the same shapes (`crate::replay`, `replay/runner.py`):
 /// `None` for op types with no such stand-in (they replay as a timed busy
 /// kernel of their predicted time). The classes: `conv` (forward
 /// convolution, filter HWIO/DHWIO), `conv_backprop_input` (input 2 the
@@ -515,6 +590,35 @@ mod tests {
         assert_eq!(aliased_input("Reshape"), Some(0));
         assert_eq!(aliased_input("IdentityN"), Some(usize::MAX));
         assert_eq!(aliased_input("Relu"), None);
+    }
+
+    #[test]
+    fn the_sets_python_matches_agree_with_the_predicates() {
+        for op in CONDITIONALS {
+            assert!(
+                runs_as_one_op(op) && is_control_flow(op) && !is_loop(op),
+                "{op}"
+            );
+        }
+        for op in ONE_OP_LOOPS {
+            assert!(
+                runs_as_one_op(op) && is_control_flow(op) && is_loop(op),
+                "{op}"
+            );
+        }
+        let lists = LIST_ADDS_ELEMENT.iter().map(|(op, _)| *op);
+        for op in lists.chain(LIST_TAKES_ELEMENT).chain(LIST_HOLDS_INPUT) {
+            assert_eq!(list_output(op), Some(0), "{op}: its output 0 is the list");
+        }
+        for op in IDENTITIES {
+            assert_eq!(aliased_input(op), Some(0), "{op}");
+        }
+        for op in CONSTANTS.iter().chain(&FEEDS).chain(&TRANSFERS) {
+            assert!(never_recompute(op), "{op}");
+        }
+        assert!(ARGUMENTS.iter().all(|op| FEEDS.contains(op)));
+        assert!(VARIABLE_READS.iter().all(|op| takes_handle(op)));
+        assert!(!runs_as_one_op("Case") && !runs_as_one_op("_While"));
     }
 
     #[test]

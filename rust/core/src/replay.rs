@@ -1,7 +1,7 @@
 //! A plan as a self-contained replay program: what a GPU runner with no
 //! TensorFlow and no core needs to play the planned step with real kernels,
 //! real copies and real allocations, and to set its measurements next to
-//! the simulator's predictions (`experiments/gpu/`).
+//! the simulator's predictions (`replay/`, measured by `experiments/gpu/`).
 //!
 //! # The rule
 //! The replay is the simulator's own view of the planned step, written out:

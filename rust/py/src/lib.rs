@@ -687,6 +687,42 @@ fn op_facts(op: &str) -> (bool, bool, bool, Option<&'static str>) {
     )
 }
 
+/// The core's op-type sets the Python layer matches nodes against
+/// (`core::opkind`): kind -> op types, and for `list_adds_element` op type ->
+/// the input that is the element.
+#[pyfunction]
+fn op_table<'py>(py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+    use core::opkind as k;
+    let d = PyDict::new(py);
+    let sets: [(&str, &[&str]); 16] = [
+        ("conditionals", &k::CONDITIONALS),
+        ("loops", &k::ONE_OP_LOOPS),
+        ("list_takes_element", &k::LIST_TAKES_ELEMENT),
+        ("list_holds_input", &k::LIST_HOLDS_INPUT),
+        ("optional_from_value", &k::OPTIONAL_FROM_VALUE),
+        ("identities", &k::IDENTITIES),
+        ("arguments", &k::ARGUMENTS),
+        ("feeds", &k::FEEDS),
+        ("less", &k::LESS),
+        ("logical_and", &k::LOGICAL_AND),
+        ("additions", &k::ADDITIONS),
+        ("constants", &k::CONSTANTS),
+        ("variable_reads", &k::VARIABLE_READS),
+        ("transfers", &k::TRANSFERS),
+        ("runtime_plumbing", &k::RUNTIME_PLUMBING),
+        ("replaces_one_node", &k::REPLACES_ONE_NODE),
+    ];
+    for (name, ops) in sets {
+        d.set_item(name, ops.to_vec())?;
+    }
+    let adds = PyDict::new(py);
+    for (op, slot) in k::LIST_ADDS_ELEMENT {
+        adds.set_item(op, slot)?;
+    }
+    d.set_item("list_adds_element", adds)?;
+    Ok(d)
+}
+
 /// The op types that call a library function (`core::opkind::FUNCTION_CALLS`).
 #[pyfunction]
 fn function_call_ops() -> Vec<&'static str> {
@@ -718,6 +754,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(strategies, m)?)?;
     m.add_function(wrap_pyfunction!(op_facts, m)?)?;
     m.add_function(wrap_pyfunction!(function_call_ops, m)?)?;
+    m.add_function(wrap_pyfunction!(op_table, m)?)?;
     m.add_function(wrap_pyfunction!(load_plan, m)?)?;
     m.add("PLAN_SCHEMA_VERSION", core::schema::PLAN_SCHEMA_VERSION)?;
     m.add("REPLAY_VERSION", core::replay::VERSION)?;

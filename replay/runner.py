@@ -2,7 +2,7 @@
 
 Usage::
 
-    python experiments/gpu/runner.py replay.json [--device cuda|cpu] [--repeats 3] [-o out.json]
+    python replay/runner.py replay.json [--device cuda|cpu] [--repeats 3] [-o out.json]
 
 What it does (``play``):
 - the compute stream runs each op as a real kernel of the same shapes where its

@@ -1,38 +1,36 @@
-"""The Keras-remat comparison (experiments/remat_compare.py): its Keras variants really trace,
-run and rematerialise, and hybridplan's plan at a matched budget measures at or below
-the Keras variant's peak while computing the original's losses bit for bit."""
+"""Self-check of the Keras-remat comparison (experiments/remat_compare.py): its Keras
+variants really trace, run and rematerialise, and hybridplan's plan at a matched budget
+measures at or below the Keras variant's peak while computing the original's losses bit
+for bit. It checks the experiment's own code, so it lives next to it (no test under
+``tests/`` imports from ``experiments/``); the experiment runs it first::
+
+    python experiments/remat_compare.py --check      # these checks alone (~1 min)
+    python -m pytest experiments/remat_compare_check.py
+"""
 
 from __future__ import annotations
 
-import importlib.util
 import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import remat_compare  # sets up the two logical CPU devices before TensorFlow starts
+
 tf = pytest.importorskip("tensorflow")
 keras = pytest.importorskip("keras")
 
 from hybridplan import models  # noqa: E402
 
-PATH = Path(__file__).resolve().parent.parent / "experiments" / "remat_compare.py"
 SMALL = dict(size=32, batch=8, blocks=2)
-
-
-def _bench_module():
-    if "remat_compare" not in sys.modules:
-        spec = importlib.util.spec_from_file_location("remat_compare", PATH)
-        module = importlib.util.module_from_spec(spec)
-        sys.modules["remat_compare"] = module
-        spec.loader.exec_module(module)
-    return sys.modules["remat_compare"]
 
 
 @pytest.fixture(scope="module")
 def rc():
     tf.config.experimental.enable_op_determinism()
-    yield _bench_module()
+    yield remat_compare
     from tensorflow.python.framework import config
 
     config.disable_op_determinism()
