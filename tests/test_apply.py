@@ -28,9 +28,16 @@ CASES = [
     (w, opt, s)
     for w in WORKLOADS
     for opt in ("sgd", "adam")
-    for s in ("swap", "recompute", "hybrid")
+    for s in hybridplan.STRATEGIES
 ]
-KIND = {"swap": ("swap_out", "swap_in"), "recompute": ("clones",), "hybrid": ()}
+KIND = {
+    "tflms": ("swap_out", "swap_in"),
+    "swap": ("swap_out", "swap_in"),
+    "recompute": ("clones",),
+    "chen": ("clones",),
+    "hybrid-paper": (),
+    "hybrid": (),
+}
 
 
 _TRACED: dict[tuple[str, str], tuple] = {}
@@ -109,9 +116,9 @@ def test_planned_step_is_bit_identical(name, opt, strategy):
     assert sum(counts.values()) > 0
     for kind in KIND[strategy]:
         assert counts[kind] > 0, counts
-    if strategy == "swap":
+    if strategy in ("swap", "tflms"):
         assert counts["clones"] == 0
-    if strategy == "recompute":
+    if strategy in ("recompute", "chen"):
         assert counts["swap_out"] == counts["swap_in"] == 0
     assert r.plan.planned.peak_bytes <= budget
     assert len(r.graph_def.node) == len(traced.graph_def.node) + sum(counts.values())
