@@ -1,5 +1,8 @@
 //! The decoder gives the reference route's result (graph or error, see
 //! `reference::agree`) on real, synthetic, random and mutated `GraphDef`s.
+//!
+//! Over the ~600-line mark on purpose: a test module, one property per
+//! decoder feature, kept beside the decoder it checks.
 
 use proptest::collection::vec;
 use proptest::prelude::*;
