@@ -186,8 +186,15 @@ impl<'g> Walk<'g> {
     /// Calls `f` on every successor of `v`, once per edge.
     #[inline]
     fn each_successor(&self, v: u32, mut f: impl FnMut(u32)) {
+        // Two loops, not a `chain`: the compiler calls `Chain::fold` out of
+        // line in `mark_backward`, once per node.
         let (data, control) = self.successor_lists(v);
-        data.iter().chain(control).for_each(|&s| f(s));
+        for &s in data {
+            f(s);
+        }
+        for &s in control {
+            f(s);
+        }
     }
 
     /// Calls `f` on every predecessor of `v`, once per edge.

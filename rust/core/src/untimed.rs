@@ -67,7 +67,13 @@ fn live(g: &Graph) -> Vec<bool> {
         if std::mem::replace(&mut live[v as usize], true) {
             continue;
         }
-        stack.extend(g.predecessors(v).filter(|&p| !live[p as usize]));
+        // A loop, not `extend`: the compiler calls `extend`'s general
+        // (unsized iterator) path out of line, once per node.
+        for p in g.predecessors(v) {
+            if !live[p as usize] {
+                stack.push(p);
+            }
+        }
     }
     live
 }

@@ -220,6 +220,30 @@ impl Malformed {
 /// Result of a [`Scan`] read.
 pub(crate) type Scanned<T> = std::result::Result<T, Malformed>;
 
+/// A varint of two or more bytes at `buf[start..]` (or a malformed one):
+/// its value and the position after it. A free function taking the slice
+/// and the position by value, so that the cursor's address never leaves the
+/// hot loops that inline [`Scan::varint`].
+#[inline(never)]
+fn varint_slow(buf: &[u8], start: usize) -> Scanned<(u64, usize)> {
+    let mut pos = start;
+    let mut v: u64 = 0;
+    for shift in (0..70).step_by(7) {
+        let Some(&b) = buf.get(pos) else {
+            return Err(Malformed::in_bytes(buf, start, Fault::TruncatedVarint));
+        };
+        pos += 1;
+        if shift == 63 && b > 1 {
+            return Err(Malformed::in_bytes(buf, start, Fault::VarintOverflow));
+        }
+        v |= u64::from(b & 0x7f) << shift;
+        if b & 0x80 == 0 {
+            return Ok((v, pos));
+        }
+    }
+    Err(Malformed::in_bytes(buf, start, Fault::VarintOverflow))
+}
+
 /// A protobuf cursor for hot loops: every read checked, an error of one
 /// word ([`Malformed`]), byte strings left for the caller to check as UTF-8.
 pub(crate) struct Scan<'a> {
@@ -238,16 +262,16 @@ impl<'a> Scan<'a> {
         self.pos >= self.buf.len()
     }
 
-    /// `fault` at byte `pos` of this message.
-    #[cold]
-    #[inline(never)]
+    /// `fault` at byte `pos` of this message. Inlined, so that the cold
+    /// call gets the slice and the position, never the address of the
+    /// cursor (which would keep `pos` in memory in every hot loop).
+    #[inline(always)]
     fn fault(&self, pos: usize, fault: Fault) -> Malformed {
         Malformed::in_bytes(self.buf, pos, fault)
     }
 
     /// `fault` at the current position (just after the last key read).
-    #[cold]
-    #[inline(never)]
+    #[inline(always)]
     pub(crate) fn fault_here(&self, fault: Fault) -> Malformed {
         self.fault(self.pos, fault)
     }
@@ -259,28 +283,12 @@ impl<'a> Scan<'a> {
                 self.pos += 1;
                 Ok(u64::from(b))
             }
-            _ => self.varint_slow(),
-        }
-    }
-
-    #[inline(never)]
-    fn varint_slow(&mut self) -> Scanned<u64> {
-        let start = self.pos;
-        let mut v: u64 = 0;
-        for shift in (0..70).step_by(7) {
-            let Some(&b) = self.buf.get(self.pos) else {
-                return Err(self.fault(start, Fault::TruncatedVarint));
-            };
-            self.pos += 1;
-            if shift == 63 && b > 1 {
-                return Err(self.fault(start, Fault::VarintOverflow));
-            }
-            v |= u64::from(b & 0x7f) << shift;
-            if b & 0x80 == 0 {
-                return Ok(v);
+            _ => {
+                let (v, end) = varint_slow(self.buf, self.pos)?;
+                self.pos = end;
+                Ok(v)
             }
         }
-        Err(self.fault(start, Fault::VarintOverflow))
     }
 
     /// Reads a field key: (field number, wire type).

@@ -71,6 +71,7 @@ impl Val {
 /// An `AttrValue`: the last field of a known kind wins, as in the reference.
 /// Only the data of that field stays in `arrays`, and only where `want`
 /// asks for it.
+#[inline]
 pub(super) fn attr_value(b: &[u8], want: Want, arrays: &mut Arrays) -> Scanned<Val> {
     let marks = (arrays.out.mark(), arrays.side.mark(), arrays.types.len());
     let mut r = Scan::new(b);
@@ -119,6 +120,7 @@ pub(super) fn attr_value(b: &[u8], want: Want, arrays: &mut Arrays) -> Scanned<V
 }
 
 /// A `ListValue`, kind chosen as `graphdef::decode_list` does.
+#[inline]
 fn list(b: &[u8], want: Want, arrays: &mut Arrays) -> Scanned<Val> {
     let s0 = arrays.out.shapes.len() as u32;
     let t0 = arrays.types.len() as u32;
@@ -222,6 +224,7 @@ fn shape(b: &[u8], to: Option<&mut ShapeBuf>) -> Scanned<u32> {
 }
 
 /// The `tensor_shape` of a `TensorProto` (last one wins; a scalar if none).
+#[inline]
 fn tensor_shape(b: &[u8], to: Option<&mut ShapeBuf>) -> Scanned<u32> {
     let mut to = to;
     let mark = to.as_ref().map(|t| t.mark());
