@@ -18,7 +18,9 @@
 //! 5. the first node with an empty name or the name of an earlier node;
 //! 6. the first tensor whose size cannot be told ([`build::tensor_size`]);
 //! 7. the first node with an input that does not parse, names no node, or
-//!    reads an output its source lacks (data inputs before control inputs).
+//!    reads an output its source lacks; within that node, the first such
+//!    input in NodeDef order when both a data and a control input name no
+//!    node, else the data input.
 //!
 //! The messages are those of the reference route.
 //!
@@ -244,12 +246,19 @@ impl Builder<'_> {
     #[inline(never)]
     pub(super) fn edge_fault(&self, g: &Graph, bad: Option<usize>) -> PlanError {
         let name = |n: u32| g.nodes[n as usize].name.as_str().to_owned();
+        // Where in the bytes each faulty input's name stands, when known: the
+        // reference walks a node's inputs in NodeDef order, control inputs
+        // too (TensorFlow wants them last, but a mutated graph may not).
+        let mut data_at: Option<usize> = None;
         let data = bad.map(|j| {
             let node = self.user_of(j as u32, false);
             let src = self.in_src[j];
             let e = if src == NONE {
                 match self.far.iter().find(|f| !f.control && f.at == j as u32) {
-                    Some(f) => missing(&name(node), f.name),
+                    Some(f) => {
+                        data_at = Some(f.name.as_ptr() as usize);
+                        missing(&name(node), f.name)
+                    }
                     None => match &self.faults.bad_input {
                         Some((_, _, e)) => e.clone(),
                         None => missing(&name(node), b""),
@@ -267,13 +276,16 @@ impl Builder<'_> {
             };
             (node, e)
         });
+        let mut control_at: Option<usize> = None;
         let control = self.ctl_src.iter().position(|&s| s == NONE).map(|c| {
             let node = self.user_of(c as u32, true);
             let f = self.far.iter().find(|f| f.control && f.at == c as u32);
+            control_at = f.map(|f| f.name.as_ptr() as usize);
             (node, missing(&name(node), f.map_or(&b""[..], |f| f.name)))
         });
+        let control_first_in_node = matches!((control_at, data_at), (Some(c), Some(d)) if c < d);
         let first = match (data, control) {
-            (Some(d), Some(c)) if c.0 < d.0 => c,
+            (Some(d), Some(c)) if c.0 < d.0 || (c.0 == d.0 && control_first_in_node) => c,
             (Some(d), _) => d,
             (None, Some(c)) => c,
             (None, None) => (
