@@ -24,12 +24,7 @@ WORKLOADS = {
     "unet3d": dict(size=16, batch=1, levels=3),
     "transformer": dict(seq=32, d_model=32, layers=2, batch=2),
 }
-CASES = [
-    (w, opt, s)
-    for w in WORKLOADS
-    for opt in ("sgd", "adam")
-    for s in hybridplan.STRATEGIES
-]
+CASES = [(w, opt, s) for w in WORKLOADS for opt in ("sgd", "adam") for s in hybridplan.STRATEGIES]
 KIND = {
     "tflms": ("swap_out", "swap_in"),
     "swap": ("swap_out", "swap_in"),
