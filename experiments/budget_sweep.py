@@ -406,7 +406,7 @@ def picture(results: list[dict], path: Path) -> None:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--workloads", nargs="*", default=list(WORKLOADS))
+    ap.add_argument("--workloads", nargs="*", default=list(WORKLOADS), choices=list(WORKLOADS))
     ap.add_argument("--points", type=int, default=16, help="evenly spaced budgets (table)")
     ap.add_argument(
         "--check-points", type=int, default=64, help="evenly spaced budgets (checks, picture)"
