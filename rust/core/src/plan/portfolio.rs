@@ -73,8 +73,8 @@ impl Planner<'_> {
                 keep_faster(best, self.tflms_tuned().and_then(|p| self.paper(p)));
             }
         };
-        unless_beaten(&mut best, skip_recompute, recompute);
-        unless_beaten(&mut best, skip_loops, loops);
+        self.unless_beaten(&mut best, skip_recompute, recompute);
+        self.unless_beaten(&mut best, skip_loops, loops);
         // Recompute-only plans of whole spans last: one that cannot beat
         // the best so far is not simulated (`spans_plan`).
         let beat =
@@ -103,6 +103,33 @@ impl Planner<'_> {
         Bounds {
             any: compute,
             recompute: (compute + cheapest) * (1.0 - 1e-9),
+        }
+    }
+
+    /// Runs `candidates` on `best` unless `skip` (their bound says none can
+    /// win). In debug builds a skipped run is made on a copy and must leave
+    /// the plan and its strategy as they are; its simulations are then
+    /// forgotten (not counted, not reused), so the report is the same as a
+    /// release build's.
+    fn unless_beaten(
+        &self,
+        best: &mut Option<Planned>,
+        skip: bool,
+        candidates: impl Fn(&mut Option<Planned>),
+    ) {
+        if !skip {
+            candidates(best);
+        } else if cfg!(debug_assertions) {
+            let (evals, judged) = (self.evals.get(), self.judged.borrow().len());
+            let mut copy = best.clone();
+            candidates(&mut copy);
+            self.evals.set(evals);
+            self.judged.borrow_mut().truncate(judged);
+            debug_assert_eq!(
+                copy.as_ref().map(|p| (&p.plan, &p.strategy)),
+                best.as_ref().map(|p| (&p.plan, &p.strategy)),
+                "a candidate skipped by its bound would have won"
+            );
         }
     }
 
@@ -139,26 +166,5 @@ impl Bounds {
     fn beaten(&self, best: &Option<Planned>, bound: f64) -> bool {
         best.as_ref()
             .is_some_and(|b| b.verdict.step_time_s <= bound)
-    }
-}
-
-/// Runs `candidates` on `best` unless `skip` (their bound says none can
-/// win); in debug builds a skipped run is made on a copy and must leave
-/// the plan and its strategy as they are.
-fn unless_beaten(
-    best: &mut Option<Planned>,
-    skip: bool,
-    candidates: impl Fn(&mut Option<Planned>),
-) {
-    if !skip {
-        candidates(best);
-    } else if cfg!(debug_assertions) {
-        let mut copy = best.clone();
-        candidates(&mut copy);
-        debug_assert_eq!(
-            copy.as_ref().map(|p| (&p.plan, &p.strategy)),
-            best.as_ref().map(|p| (&p.plan, &p.strategy)),
-            "a candidate skipped by its bound would have won"
-        );
     }
 }
