@@ -413,8 +413,9 @@ fn narrow_residual_plans_swap_many_tensors() {
 /// on swaps and recomputes hides every swap (the step is the summed op
 /// times), so the recompute loop, the `swap` and TFLMS plans and the
 /// published loops are skipped and only the empty plan and the greedy's are
-/// simulated (17 simulations before the bounds). In debug builds the skipped
-/// candidates still run and must not win (`unless_beaten`).
+/// simulated (a debug build that counted the skipped candidates'
+/// simulations counted 16). In debug builds the skipped candidates still
+/// run and must not win (`unless_beaten`).
 #[test]
 fn hybrid_skips_candidates_that_cannot_beat_its_best_plan() {
     let spec = SynthSpec {
