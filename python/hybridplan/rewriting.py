@@ -279,6 +279,11 @@ def rewrite_with_summary(
         writer.recompute(r, rec)
     writer.check_redirects_used()
     writer.keep_fanouts()
+    hosted = [(h["node"], h["output"]) for h in plan.get("hosted_accumulators", ())]
+    if hosted:  # loop accumulators kept on the host: the loops' bodies copy them
+        from .accumulators import host as host_accumulators
+
+        writer.out = host_accumulators(writer.out, hosted, target)
     return Rewritten(writer.out, writer.summary())
 
 
