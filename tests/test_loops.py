@@ -26,6 +26,7 @@ from hybridplan import _core, trial
 from hybridplan.accumulators import host, movable
 from hybridplan.controlflow import WHILE_OPS, body_memory
 from hybridplan.models import from_keras
+from hybridplan.rewriting import rewrite_with_summary
 
 SEQUENCE, BATCH, FEATURES, UNITS = 64, 8, 32, 128
 
@@ -76,6 +77,11 @@ def test_rnn_step_plans_at_60_percent_and_runs_bit_identical(kind):
         (t.predicted_peak, t.planned.device_peak),
     ):
         assert abs(predicted - measured) <= 0.10 * measured, (predicted, measured)
+    print(
+        f"{kind}: original predicted {a.activation_peak_bytes} measured "
+        f"{t.original.device_peak}; plan predicted {t.predicted_peak} measured "
+        f"{t.planned.device_peak}"
+    )
     names = [n.name for n in gd.node]
     for s in t.plan.swaps:
         node = gd.node[s["node"]]
@@ -130,6 +136,13 @@ def test_loop_memory_is_its_accumulators():
     assert [n.name for n in hosted.node] == [n.name for n in gd.node]
     restated = {n: h for n, _, h in body_memory(hosted.SerializeToString())}
     assert {k for k, *_ in restated[loops["While"].name]} == {3}
+    # The rewrite writes them from a plan's record, for CPU emulation only.
+    spec = {"swaps": [], "recomputes": []}
+    spec["hosted_accumulators"] = [{"node": n, "output": k} for n, k in found]
+    out = rewrite_with_summary(gd, spec, target="cpu-emulation").graph_def
+    assert out.library == hosted.library
+    with pytest.raises(hybridplan.UnsupportedGraphError, match="cpu-emulation"):
+        rewrite_with_summary(gd, spec, target="gpu")
     ha = hybridplan.analyze(hosted)
     assert ha.activation_peak_bytes < a.activation_peak_bytes - 0.3 * (
         a.activation_peak_bytes - a.workspace_peak_bytes

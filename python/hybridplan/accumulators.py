@@ -23,7 +23,8 @@ library; the step's own nodes are untouched, so a plan's node indices stay valid
   ahead): one element of each list on the device at a time.
 
 The copies are the rewrite target's swap ops on its devices (``DeepCopy`` on
-``/device:CPU:1`` and ``/device:CPU:0`` for CPU emulation), marked
+``/device:CPU:1`` and ``/device:CPU:0`` for CPU emulation, the one target the rewrite
+writes them for: on a GPU the push and pop would have to run on the host too), marked
 :data:`HOST_COPY` (and ``_grappler_do_not_remove``). The values are the same buffers'
 bytes, so the step computes the same numbers. An accumulator is movable when, from the
 graph's structure: the forward ``While``'s output ``k`` is a ``variant`` its body returns

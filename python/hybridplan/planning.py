@@ -556,8 +556,10 @@ def plan(
         hosted: list[tuple[str, int]] = []
     except BudgetError:
         # Over the budget with the loops' accumulators on the device: keep them on the
-        # host (hybridplan.accumulators), when the graph has any, and plan again.
-        hosting = _hosted_source(source, build)
+        # host (hybridplan.accumulators), when the graph has any, and plan again. Only
+        # for a CPU device model: the copies are written and checked for CPU emulation
+        # (on a GPU the lists' push and pop would have to run on the host as well).
+        hosting = _hosted_source(source, build) if dev.get("kernels") == "cpu" else None
         if hosting is None:
             raise
         hosted, source, build = hosting
