@@ -136,6 +136,7 @@ class PlanReport(TypedDict):
     optimal: NotRequired[OptimalFigures]
     hosted_accumulators: NotRequired[list[HostedAccumulator]]
 
+@type_check_only
 class HostedAccumulator(TypedDict):
     node: str
     output: int

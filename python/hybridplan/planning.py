@@ -541,7 +541,7 @@ def plan(
         workspace=workspace,
         workspace_profile=workspace_profile,
     )
-    options = {
+    options: dict[str, Any] = {
         "strategy": strategy,
         "device": name,
         "device_json": device_json,
