@@ -257,6 +257,7 @@ fn report(
         host_budget: opts.host_budget,
         host_timeline: judged.host.timeline.clone().into(),
         optimal: None,
+        hosted_accumulators: Vec::new(),
     }
 }
 

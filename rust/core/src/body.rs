@@ -20,6 +20,13 @@
 //!   [`crate::dtype`]): held from the node until its last reader, as every
 //!   tensor is.
 //!
+//! A loop accumulator the plan keeps on the host (its bodies copy each
+//! element to the host as it is pushed and back as it is popped:
+//! `python/hybridplan/accumulators.py`, recorded in the plan as
+//! [`crate::schema::HostedAccumulator`]) is stated with no held entry: its
+//! list holds 0 device bytes, and the copies, nodes of the bodies, are in
+//! each iteration's peak (`scratch_bytes`).
+//!
 //! A node given a [`BodyMemory`] is flagged [`NodeFlags::BODY_KNOWN`]: the
 //! planner then plans around it ([`crate::api::check_supported`]); it is
 //! never cloned (control flow is `NO_RECOMPUTE`) and its handle outputs are
