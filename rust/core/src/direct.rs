@@ -80,9 +80,13 @@ pub fn graph_from_bytes(bytes: &[u8], opts: &BuildOptions) -> Result<Graph> {
     // A node name with a `:` (which TensorFlow never writes) calls for the
     // exact parse of every input; without one, that of the inputs not
     // resolved on sight is enough.
+    // The first pass leaves the inputs not resolved on sight unchecked for
+    // a `:` (on the hot path); one that has one names no node, so the pass
+    // fails, and an error is always made again by the exact pass, which
+    // gives the reference's.
     match build_graph(bytes, opts, false) {
-        Some(result) => result,
-        None => build_graph(bytes, opts, true).unwrap_or_else(|| Err(build::no_nodes())),
+        Some(Ok(g)) => Ok(g),
+        _ => build_graph(bytes, opts, true).unwrap_or_else(|| Err(build::no_nodes())),
     }
 }
 
@@ -251,7 +255,7 @@ impl<'a> Builder<'a> {
                 let count = hi - lo;
                 let start = self.out_dtype.len();
                 for k in 0..count {
-                    self.out_dtype.push(dtype_of(&v.attrs, arrays, k, count));
+                    self.out_dtype.push(dtype_of(v.attrs, arrays, k, count));
                 }
                 if self.out_dtype[start..].contains(&0) {
                     self.faults.unknown_dtype(id);
@@ -261,7 +265,7 @@ impl<'a> Builder<'a> {
             None => {
                 self.unshaped.push(Unshaped {
                     node: id,
-                    attrs: v.attrs,
+                    attrs: *v.attrs,
                 });
                 self.counts.push(0);
             }
@@ -306,9 +310,10 @@ impl<'a> Builder<'a> {
         let h = nametable::hash(name);
         let src = self.names.recent(name, h);
         // Taken whole, an input is right unless it has a `:` (then what
-        // follows the last one is not a `u32`): only the inputs not resolved
-        // on sight can have one when no node name has one.
-        if name.len() == s.len() && (src.is_none() || self.exact) && name.contains(&b':') {
+        // follows the last one is not a `u32`). Checked only by the exact
+        // pass: when no node name has a `:`, such an input names no node,
+        // and the first pass fails (see `graph_from_bytes`).
+        if self.exact && name.len() == s.len() && name.contains(&b':') {
             return self.unparsed(id, user, s, data);
         }
         let control = k.is_none();

@@ -124,7 +124,8 @@ pub(crate) struct NodeView<'a, 'n> {
     pub device: &'a [u8],
     /// Input references in TensorFlow form, in file order.
     pub inputs: &'n [&'a [u8]],
-    pub attrs: NodeAttrs,
+    /// Kept in the decoder's state: a view is a few words to hand over.
+    pub attrs: &'n NodeAttrs,
 }
 
 /// Decodes `bytes`, calling `on_node` for every node in file order (with
@@ -286,6 +287,8 @@ struct NodeState<'a> {
     first: [Val; SLOTS],
     seen: u16,
     calls_function: bool,
+    /// The summary of the last node decoded.
+    attrs: NodeAttrs,
 }
 
 impl Default for NodeState<'_> {
@@ -297,6 +300,15 @@ impl Default for NodeState<'_> {
             first: [Val::Other; SLOTS],
             seen: 0,
             calls_function: false,
+            attrs: NodeAttrs {
+                output_shapes: None,
+                fallback: None,
+                t: None,
+                has_shape_or_value: false,
+                lists: [None; LIST_KEYS],
+                single: None,
+                calls_function: false,
+            },
         }
     }
 }
@@ -354,13 +366,13 @@ impl<'a> NodeState<'a> {
             return Err(Malformed::in_bytes(b, b.len(), Fault::TooLarge));
         }
         self.attr = None;
-        let attrs = self.summary(op, arrays);
+        self.attrs = self.summary(op, arrays);
         Ok(NodeView {
             name: self.name,
             op,
             device,
             inputs: &self.inputs,
-            attrs,
+            attrs: &self.attrs,
         })
     }
 
