@@ -124,8 +124,17 @@ pub(crate) fn apply(
 /// name only the elements' dtype, which the decoders would give it. The bytes
 /// of a list a loop fills are stated by [`apply`].
 pub(crate) fn type_lists(g: &mut Graph) {
+    // Decided once per distinct op type; most graphs have no list op.
+    let list: Vec<Option<usize>> = g
+        .ops
+        .iter()
+        .map(|op| crate::opkind::list_output(op))
+        .collect();
+    if list.iter().all(Option::is_none) {
+        return;
+    }
     for v in 0..g.nodes.len() as u32 {
-        let Some(k) = crate::opkind::list_output(g.op_name(v)) else {
+        let Some(k) = list[g.nodes[v as usize].op as usize] else {
             continue;
         };
         if let Some(t) = g.outputs(v).nth(k) {
