@@ -76,6 +76,8 @@ def paper_table(name: str, res: dict) -> str:
         "| strategy | step (s) | peak (GiB) | faster than tflms |",
         "|---|---:|---:|---:|",
     ]
+    unbounded = next((r["unbounded_step_s"] for r in res.values() if "unbounded_step_s" in r), 0)
+    lines.append(f"| none (unbounded step) | {unbounded:.4g} | - | - |")
     for s in hybridplan.STRATEGIES:
         r = res[s]
         if "step_time_s" not in r:

@@ -135,4 +135,4 @@ def test_cli_fit_small_cnn_over_batch(capsys):
     out = capsys.readouterr()
     assert code == 0, out.err
     assert "largest batch" in out.out and "| hybrid |" in out.out
-    assert "fit: " in out.err and "more probes" in out.err  # progress and the estimate
+    assert "fit: " in out.err and "probes left" in out.err  # progress and the estimate

@@ -181,9 +181,12 @@ class _Prober:
         #: (peak, persistent bytes) of the unplanned step at each size traced.
         self.peaks: dict[int, tuple[int, int]] = {}
         self.probes: list[tuple[int, float, float]] = []
+        #: Seconds per probe that was traced (not read from the cache), trace and plans.
+        self.traced: list[float] = []
 
     def graph(self, n: int) -> tuple[tuple[bytes, str | None], float]:
-        """``(GraphDef bytes, loss name)`` at size ``n``, and the seconds it took."""
+        """``(GraphDef bytes, loss name)`` at size ``n``, and the seconds it took to
+        trace (0 when it came from the cache)."""
         from ._graphio import graph_bytes
 
         t0 = time.perf_counter()
@@ -192,14 +195,13 @@ class _Prober:
         path = Path(self.cache) / f"{n}.pb" if isinstance(self.cache, (str, Path)) else None
         if path is not None and path.exists():
             loss = path.with_suffix(".loss").read_text() or None
-            g = (path.read_bytes(), loss)
-        else:
-            g = graph_bytes(self.build(n))
-            if path is not None:
-                from ._files import write_all
+            return (path.read_bytes(), loss), 0.0
+        g = graph_bytes(self.build(n))
+        if path is not None:
+            from ._files import write_all
 
-                # both or neither: a cache entry is never half-written
-                write_all({path: g[0], path.with_suffix(".loss"): (g[1] or "").encode()})
+            # both or neither: a cache entry is never half-written
+            write_all({path: g[0], path.with_suffix(".loss"): (g[1] or "").encode()})
         if isinstance(self.cache, dict):
             self.cache[n] = g
         return g, time.perf_counter() - t0
@@ -218,9 +220,12 @@ class _Prober:
             self.results[(n, s)] = self._plan(n, g, s)
         t_plan = time.perf_counter() - t0
         self.probes.append((n, t_trace, t_plan))
+        if t_trace > 0:
+            self.traced.append(t_trace + t_plan)
         fits = [s for s in todo if self.results[(n, s)] is not None]
+        got = f"traced in {t_trace:.1f} s" if t_trace else "from the cache"
         self.say(
-            f"{note}size {n}: traced in {t_trace:.1f} s, planned {len(todo)} in {t_plan:.1f} s; "
+            f"{note}size {n}: {got}, planned {len(todo)} in {t_plan:.1f} s; "
             f"fits: {', '.join(fits) or 'none of them'}"
         )
 
@@ -433,7 +438,14 @@ def fit(
     # 1. Calibrate: one size, every strategy; the estimate: two probes per crossing.
     pr.probe(lo0, names)
     record(lo0)
-    per = sum(t + u for _, t, u in pr.probes)
+
+    def left() -> str:
+        """Probes left and their time at the mean rate of the sizes traced so far."""
+        k = estimate()
+        if not pr.traced:
+            return f"~{k} probes left (time unknown: no size traced yet, all from the cache)"
+        per = sum(pr.traced) / len(pr.traced)
+        return f"~{k} probes left of ~{per:.0f} s each, ~{k * per:.0f} s"
 
     def estimate() -> int:
         """Probes left: per distinct predicted crossing, one when a size already traced
@@ -450,9 +462,8 @@ def fit(
         return sum(need.values())
 
     say(
-        f"budget {nbytes} bytes on {dev.get('name', 'custom')}; about {estimate()} more "
-        f"probes of ~{per:.0f} s each (~{estimate() * per:.0f} s; two per size where a "
-        "strategy stops fitting)"
+        f"budget {nbytes} bytes on {dev.get('name', 'custom')}; {left()} "
+        "(two per size where a strategy stops fitting)"
     )
     # 2. Per strategy, from the smallest predicted crossing up (each probe there gives
     # the strategies with larger crossings a sample nearer theirs): probe where the model
@@ -463,7 +474,7 @@ def fit(
             break
         s = min(todo, key=lambda s: (pr.predict(s, dims) or math.inf, names.index(s)))
         n, expect = choose(s)
-        pr.probe(n, open_at(n), note=f"[{len(pr.probes) + 1}/~{len(pr.probes) + estimate()}] ")
+        pr.probe(n, open_at(n), note=f"[{len(pr.probes) + 1}; {left()}] ")
         record(n)
         fitted = pr.results.get((n, s)) is not None
         misses[s] = misses[s] + 1 if fitted != expect else 0
