@@ -76,7 +76,12 @@ def paper_table(name: str, res: dict) -> str:
         "| strategy | step (s) | peak (GiB) | faster than tflms |",
         "|---|---:|---:|---:|",
     ]
-    unbounded = next((r["unbounded_step_s"] for r in res.values() if "unbounded_step_s" in r), 0)
+    steps = [
+        r["unbounded_step_s"]
+        for r in res.values()
+        if isinstance(r, dict) and "unbounded_step_s" in r
+    ]
+    unbounded = steps[0] if steps else 0.0
     lines.append(f"| none (unbounded step) | {unbounded:.4g} | - | - |")
     for s in hybridplan.STRATEGIES:
         r = res[s]
