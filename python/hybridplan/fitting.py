@@ -456,8 +456,11 @@ def fit(
                 continue
             t = pr.predict(s, dims)
             lo = ok[s] or lo0
-            # crossings within the tolerance of each other share their probes
-            key = round(math.log(t) / math.log1p(max(tol, 0.01))) if t and t > 0 else -1
+            # Crossings within the tolerance of each other share their probes. From one
+            # size the predictions are rough and bunch up: a finer grain then.
+            one = sum(1 for n, x in pr.reach if x == s) <= 1
+            grain = math.log1p(max(tol, 0.01) / (4 if one else 1))
+            key = round(math.log(t) / grain) if t and t > 0 else -1
             need[key] = max(need.get(key, 0), 1 if t and t - lo <= width(lo) else 2)
         return sum(need.values())
 
