@@ -279,7 +279,6 @@ def rewrite_with_summary(
         writer.recompute(r, rec)
     writer.check_redirects_used()
     writer.keep_fanouts()
-    writer.finish()
     return Rewritten(writer.out, writer.summary())
 
 
@@ -304,8 +303,9 @@ def _parse_input(text: str) -> tuple[str, int]:
 def _attr_value(node: Any, op_def: Any, name: str) -> Any:
     """The node's attribute ``name`` (read-only: never inserts into the map), or the op's
     default."""
-    if name in node.attr:
-        return node.attr[name]
+    value = node.attr.get(name)
+    if value is not None:
+        return value
     for a in op_def.attr:
         if a.name == name and a.HasField("default_value"):
             return a.default_value
@@ -412,57 +412,6 @@ def _ranked(producer: str, targets: Sequence[str], siblings: Sequence[str], tag:
     return producer + _PADS[0] + tag
 
 
-# --------------------------------------------------------------------------- inserted nodes
-
-
-def _varint(n: int) -> bytes:
-    if n < 0x80:
-        return bytes((n,))
-    out = bytearray()
-    while n >= 0x80:
-        out.append((n & 0x7F) | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)
-
-
-def _field(tag: bytes, data: bytes) -> bytes:
-    """A length-delimited protobuf field: ``tag``, the length of ``data``, ``data``."""
-    return tag + _varint(len(data)) + data
-
-
-def _attr_entry(key: str, value: bytes) -> bytes:
-    """One ``NodeDef.attr`` map entry (field 5): ``key`` and the ``AttrValue`` bytes."""
-    return _field(b"\x2a", _field(b"\x0a", key.encode()) + _field(b"\x12", value))
-
-
-#: ``_grappler_do_not_remove: {b: true}`` (``AttrValue.b`` is field 5).
-_DO_NOT_REMOVE_ENTRY = _attr_entry(DO_NOT_REMOVE, b"\x28\x01")
-
-
-class _Inserted:
-    """A node the writer inserts, held in Python until it is encoded: name, op, device,
-    inputs (a list later steps may extend: a keeper's control input) and its attribute
-    map entries, already encoded. ``pos``: its index in ``out.node`` once written
-    (``_Writer.flush``), else -1."""
-
-    __slots__ = ("attrs", "device", "input", "name", "op", "pos")
-
-    def __init__(self, name: str, op: str, device: str, inputs: list[str], attrs: bytes):
-        self.name, self.op, self.device, self.input, self.attrs = name, op, device, inputs, attrs
-        self.pos = -1
-
-    def encoded(self) -> bytes:
-        """The node as a ``GraphDef.node`` field (1): a ``NodeDef`` with name (1), op
-        (2), input (3), device (4, omitted when empty, as protobuf does) and attr (5)."""
-        parts = [_field(b"\x0a", self.name.encode()), _field(b"\x12", self.op.encode())]
-        parts.extend(_field(b"\x1a", t.encode()) for t in self.input)
-        if self.device:
-            parts.append(_field(b"\x22", self.device.encode()))
-        parts.append(self.attrs)
-        return _field(b"\x0a", b"".join(parts))
-
-
 # --------------------------------------------------------------------------- the writer
 
 
@@ -475,14 +424,7 @@ class _Writer:
     to what a clone of it gets anyway); their data inputs, which the rewrite changes,
     through ``inputs``, which remembers a node's inputs before its first change. A
     clone copies its original from ``origin`` (the input graph when the writer was
-    given one, else ``out``), so that its attribute map is ordered as before.
-
-    What costs Python time per decision is kept out of the protobuf: the inserted copy
-    nodes (swap-outs, swap-ins, gates, keepers) are held as :class:`_Inserted` and
-    encoded as bytes, which one ``MergeFromString`` appends (before each clone, which is
-    a copy of a message, and at the end: node order is insertion order); the new input
-    lists of the changed original nodes are Python lists, written once each at the end
-    (``finish``)."""
+    given one, else ``out``), so that its attribute map is ordered as before."""
 
     def __init__(self, out: Any, origin: Any, spec: Target, device: str, host: str, prefix: str):
         self.out = out
@@ -492,11 +434,8 @@ class _Writer:
         self.n = len(out.node)
         # Original node index -> its inputs before the rewrite first changed them.
         self.original_inputs: dict[int, list[str]] = {}
-        # Original node index -> its inputs as the rewrite left them (written by finish).
-        self.edited: dict[int, list[str]] = {}
-        # Inserted copy nodes not yet in ``out`` (see flush); encoded attrs per tensor.
-        self.pending: list[_Inserted] = []
-        self._attrs: dict[tuple[int, int], bytes] = {}
+        # Original node index -> its data inputs as rewire left them (see rewire).
+        self.current: dict[int, list[str]] = {}
         self._dtypes: dict[int, list[int]] = {}
         self._shapes: dict[int, Any] = {}
         self.spec, self.device, self.host, self.prefix = spec, device, host, prefix
@@ -542,6 +481,8 @@ class _Writer:
         )
 
     def index(self, value: Any, what: str) -> int:
+        if type(value) is int and 0 <= value < self.n:  # the plan's own indices
+            return value
         if isinstance(value, bool) or not isinstance(value, int):
             try:
                 value = int(value)  # numpy integers
@@ -561,35 +502,12 @@ class _Writer:
         saved = self.original_inputs.get(i)
         return self.nodes[i].input if saved is None else saved
 
-    def changing(self, i: int) -> list[str]:
-        """The inputs of original node ``i`` as the rewrite leaves them, to be changed in
-        place (``finish`` writes them); its inputs before are remembered first."""
-        edited = self.edited.get(i)
-        if edited is None:
-            saved = self.original_inputs[i] = list(self.nodes[i].input)
-            edited = self.edited[i] = list(saved)
-        return edited
-
-    def flush(self) -> None:
-        """Appends the pending inserted nodes to ``out``, in order: one parse of their
-        bytes."""
-        if self.pending:
-            pos = len(self.out.node)
-            for node in self.pending:
-                node.pos = pos
-                pos += 1
-            self.out.MergeFromString(b"".join(node.encoded() for node in self.pending))
-            self.pending = []
-
-    def finish(self) -> None:
-        """Writes what is still in Python into ``out``: the pending inserted nodes and the
-        changed input lists. O(inserted nodes + inputs of the changed nodes)."""
-        self.flush()
-        nodes = self.nodes
-        for i, inputs in self.edited.items():
-            node_inputs = nodes[i].input
-            del node_inputs[:]
-            node_inputs.extend(inputs)
+    def changing(self, i: int) -> Any:
+        """Original node ``i``, about to be changed: its inputs are remembered first."""
+        node = self.nodes[i]
+        if i not in self.original_inputs:
+            self.original_inputs[i] = list(node.input)
+        return node
 
     def dtypes(self, i: int) -> list[int]:
         """``_output_dtypes`` of original node ``i``, computed once."""
@@ -615,7 +533,7 @@ class _Writer:
         if gate is not None:
             # The release node (or its gate) waits for the copy (plan/release.rs).
             r = self.index(gate["node"], f"swaps[{i}].gate.node")
-            self.changing(r).append(f"^{out_name}")
+            self.changing(r).input.append(f"^{out_name}")
         for j, entry in enumerate(swap.get("ins", ())):
             where = f"swaps[{i}].ins[{j}]"
             trigger = self.name(self.index(entry["trigger"], f"{where}.trigger"))
@@ -650,16 +568,16 @@ class _Writer:
 
     def swappable_dtype(self, i: int, p: int, k: int) -> int:
         """The dtype of ``p:k``; raises when there is no such output or it is a handle."""
-        producer = self.nodes[p]
         dtypes = self.dtypes(p)
         if not 0 <= k < len(dtypes):
+            producer = self.nodes[p]
             raise InvalidArgumentError(
                 f"swaps[{i}]: node {producer.name!r} (op {producer.op}) has {len(dtypes)} "
                 f"output(s), no output {k}"
             )
         if dtypes[k] in _NO_SWAP_DTYPES:
             raise UnsupportedGraphError(
-                f"swaps[{i}]: {_tensor(producer.name, k)} is a resource/variant handle, not a "
+                f"swaps[{i}]: {_tensor(self.name(p), k)} is a resource/variant handle, not a "
                 "buffer; it cannot be swapped"
             )
         return dtypes[k]
@@ -676,22 +594,19 @@ class _Writer:
         """Appends (and returns) a copy node of ``source``; ``tensor`` is (producer,
         output, dtype) of the copied tensor, whose ``_output_shapes`` entry it gets."""
         p, k, dtype = tensor
+        node = self.out.node.add()
+        self.added[name] = node
         if _parse_input(source)[0] not in self.added:  # reads an original tensor
             key = _tensor(*_parse_input(source))
             self.gained[key] = self.gained.get(key, 0) + 1
-        attrs = self._attrs.get((p, k))
-        if attrs is None:
-            # T, _grappler_do_not_remove, the copied tensor's _output_shapes entry.
-            attrs = _attr_entry("T", b"\x30" + _varint(dtype)) + _DO_NOT_REMOVE_ENTRY
-            shapes = self.output_shapes(p)
-            if k < len(shapes):
-                # AttrValue.list (1) holding ListValue.shape (7).
-                shape = _field(b"\x3a", shapes[k].SerializeToString())
-                attrs += _attr_entry("_output_shapes", _field(b"\x0a", shape))
-            self._attrs[(p, k)] = attrs
-        node = _Inserted(name, op, device, [source, *(f"^{c}" for c in control)], attrs)
-        self.pending.append(node)
-        self.added[name] = node
+        node.name, node.op, node.device = name, op, device
+        node.input.append(source)
+        node.input.extend(f"^{c}" for c in control)
+        node.attr["T"].type = dtype
+        node.attr[DO_NOT_REMOVE].b = True
+        shapes = self.output_shapes(p)
+        if k < len(shapes):
+            node.attr["_output_shapes"].list.shape.add().CopyFrom(shapes[k])
         return node
 
     def output_shapes(self, p: int) -> Any:
@@ -707,25 +622,30 @@ class _Writer:
 
     def rewire(self, c: int, mapping: Mapping[str, str], where: str) -> None:
         """Points every data input of node ``c`` found in ``mapping`` at its replacement."""
-        inputs = self.changing(c)
+        node = self.changing(c)
+        # The node's inputs as rewired so far, kept in Python: reading them back from
+        # the protobuf costs a string object per input. Control inputs appended to
+        # the node (swap gates) come after every data input, so slots agree.
+        current = self.current.get(c)
+        if current is None:
+            current = self.current[c] = list(self.original_inputs[c])
         hits = 0
-        for slot, text in enumerate(inputs):
+        for slot, text in enumerate(current):
             if text.startswith("^"):
                 continue
-            key = _tensor(*_parse_input(text))
+            # An input without ":" is its own key (what _tensor(*_parse_input(.)) gives).
+            key = _tensor(*_parse_input(text)) if ":" in text else text
             if key in mapping:
-                inputs[slot] = mapping[key]
+                current[slot] = node.input[slot] = mapping[key]
                 hits += 1
                 self.lost[key] = self.lost.get(key, 0) + 1
         if hits == 0:
             raise InvalidArgumentError(
-                f"{where}: consumer {self.name(c)!r} (index {c}) reads none of "
+                f"{where}: consumer {node.name!r} (index {c}) reads none of "
                 f"{sorted(mapping)[:4]}; list only nodes that read the tensor"
             )
-        if self.spec.pin_consumers:
-            node = self.nodes[c]
-            if not node.device:
-                node.device = self.device
+        if self.spec.pin_consumers and not node.device:
+            node.device = self.device
         self.rewired += hits
 
     def add_redirect(self, c: int, mapping: Mapping[str, str], where: str) -> None:
@@ -826,7 +746,6 @@ class _Writer:
         input waits for the trigger by a control input of its own."""
         original = self.origin[v]
         original_inputs = list(self.inputs(v))
-        self.flush()  # the inserted nodes before this clone come before it
         clone = self.out.node.add()
         clone.CopyFrom(original)
         clone.name = clone_name[original.name]
@@ -955,7 +874,4 @@ class _Writer:
                 self.keepers.append(keeper)
                 # Without a path to the fetches the Session would prune it; the node that
                 # took over the readers runs later anyway, so waiting costs nothing.
-                taker = self.added[self.taker[key]]
-                if isinstance(taker, _Inserted) and taker.pos >= 0:  # already in out
-                    taker = self.nodes[taker.pos]
-                taker.input.append(f"^{keeper}")
+                self.added[self.taker[key]].input.append(f"^{keeper}")
