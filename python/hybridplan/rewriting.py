@@ -594,19 +594,19 @@ class _Writer:
         """Appends (and returns) a copy node of ``source``; ``tensor`` is (producer,
         output, dtype) of the copied tensor, whose ``_output_shapes`` entry it gets."""
         p, k, dtype = tensor
-        node = self.out.node.add()
-        self.added[name] = node
         if _parse_input(source)[0] not in self.added:  # reads an original tensor
             key = _tensor(*_parse_input(source))
             self.gained[key] = self.gained.get(key, 0) + 1
+        # Each protobuf attribute read costs a few thousand instructions: read once.
+        node = self.added[name] = self.nodes.add()
         node.name, node.op, node.device = name, op, device
-        node.input.append(source)
-        node.input.extend(f"^{c}" for c in control)
-        node.attr["T"].type = dtype
-        node.attr[DO_NOT_REMOVE].b = True
+        node.input.extend([source, *(f"^{c}" for c in control)])
+        attr = node.attr
+        attr["T"].type = dtype
+        attr[DO_NOT_REMOVE].b = True
         shapes = self.output_shapes(p)
         if k < len(shapes):
-            node.attr["_output_shapes"].list.shape.add().CopyFrom(shapes[k])
+            attr["_output_shapes"].list.shape.add().CopyFrom(shapes[k])
         return node
 
     def output_shapes(self, p: int) -> Any:
