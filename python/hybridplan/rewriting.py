@@ -316,8 +316,9 @@ def _parse_input(text: str) -> tuple[str, int]:
 def _attr_value(node: Any, op_def: Any, name: str) -> Any:
     """The node's attribute ``name`` (read-only: never inserts into the map), or the op's
     default."""
-    if name in node.attr:
-        return node.attr[name]
+    value = node.attr.get(name)
+    if value is not None:
+        return value
     for a in op_def.attr:
         if a.name == name and a.HasField("default_value"):
             return a.default_value
@@ -446,6 +447,8 @@ class _Writer:
         self.n = len(out.node)
         # Original node index -> its inputs before the rewrite first changed them.
         self.original_inputs: dict[int, list[str]] = {}
+        # Original node index -> its data inputs as rewire left them (see rewire).
+        self.current: dict[int, list[str]] = {}
         self._dtypes: dict[int, list[int]] = {}
         self._shapes: dict[int, Any] = {}
         self.spec, self.device, self.host, self.prefix = spec, device, host, prefix
@@ -491,6 +494,8 @@ class _Writer:
         )
 
     def index(self, value: Any, what: str) -> int:
+        if type(value) is int and 0 <= value < self.n:  # the plan's own indices
+            return value
         if isinstance(value, bool) or not isinstance(value, int):
             try:
                 value = int(value)  # numpy integers
@@ -576,16 +581,16 @@ class _Writer:
 
     def swappable_dtype(self, i: int, p: int, k: int) -> int:
         """The dtype of ``p:k``; raises when there is no such output or it is a handle."""
-        producer = self.nodes[p]
         dtypes = self.dtypes(p)
         if not 0 <= k < len(dtypes):
+            producer = self.nodes[p]
             raise InvalidArgumentError(
                 f"swaps[{i}]: node {producer.name!r} (op {producer.op}) has {len(dtypes)} "
                 f"output(s), no output {k}"
             )
         if dtypes[k] in _NO_SWAP_DTYPES:
             raise UnsupportedGraphError(
-                f"swaps[{i}]: {_tensor(producer.name, k)} is a resource/variant handle, not a "
+                f"swaps[{i}]: {_tensor(self.name(p), k)} is a resource/variant handle, not a "
                 "buffer; it cannot be swapped"
             )
         return dtypes[k]
@@ -602,19 +607,19 @@ class _Writer:
         """Appends (and returns) a copy node of ``source``; ``tensor`` is (producer,
         output, dtype) of the copied tensor, whose ``_output_shapes`` entry it gets."""
         p, k, dtype = tensor
-        node = self.out.node.add()
-        self.added[name] = node
         if _parse_input(source)[0] not in self.added:  # reads an original tensor
             key = _tensor(*_parse_input(source))
             self.gained[key] = self.gained.get(key, 0) + 1
+        # Each protobuf attribute read costs a few thousand instructions: read once.
+        node = self.added[name] = self.nodes.add()
         node.name, node.op, node.device = name, op, device
-        node.input.append(source)
-        node.input.extend(f"^{c}" for c in control)
-        node.attr["T"].type = dtype
-        node.attr[DO_NOT_REMOVE].b = True
+        node.input.extend([source, *(f"^{c}" for c in control)])
+        attr = node.attr
+        attr["T"].type = dtype
+        attr[DO_NOT_REMOVE].b = True
         shapes = self.output_shapes(p)
         if k < len(shapes):
-            node.attr["_output_shapes"].list.shape.add().CopyFrom(shapes[k])
+            attr["_output_shapes"].list.shape.add().CopyFrom(shapes[k])
         return node
 
     def output_shapes(self, p: int) -> Any:
@@ -631,13 +636,20 @@ class _Writer:
     def rewire(self, c: int, mapping: Mapping[str, str], where: str) -> None:
         """Points every data input of node ``c`` found in ``mapping`` at its replacement."""
         node = self.changing(c)
+        # The node's inputs as rewired so far, kept in Python: reading them back from
+        # the protobuf costs a string object per input. Control inputs appended to
+        # the node (swap gates) come after every data input, so slots agree.
+        current = self.current.get(c)
+        if current is None:
+            current = self.current[c] = list(self.original_inputs[c])
         hits = 0
-        for slot, text in enumerate(node.input):
+        for slot, text in enumerate(current):
             if text.startswith("^"):
                 continue
-            key = _tensor(*_parse_input(text))
+            # An input without ":" is its own key (what _tensor(*_parse_input(.)) gives).
+            key = _tensor(*_parse_input(text)) if ":" in text else text
             if key in mapping:
-                node.input[slot] = mapping[key]
+                current[slot] = node.input[slot] = mapping[key]
                 hits += 1
                 self.lost[key] = self.lost.get(key, 0) + 1
         if hits == 0:
