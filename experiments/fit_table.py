@@ -46,7 +46,7 @@ def at_paper_size(name: str, fixed: dict, size: int, device: str) -> dict:
     for s in hybridplan.STRATEGIES:
         try:
             p = hybridplan.plan(traced, "auto", strategy=s, device=device, host_budget=None)
-            out[s] = {"step_time_s": p.planned.step_time_s, "peak": p.planned.peak_bytes}
+            out[s] = {"step_time_s": p.planned["step_time_s"], "peak": p.planned["peak_bytes"]}
         except BudgetError as e:
             out[s] = {"best_peak": e.best_peak}
     return out

@@ -415,10 +415,10 @@ def fit(
             FitRow(
                 s,
                 size,
-                fig.step_time_s,
-                samples / fig.step_time_s if fig.step_time_s > 0 else float("inf"),
-                fig.peak_bytes,
-                fig.host_peak_bytes,
+                fig["step_time_s"],
+                samples / fig["step_time_s"] if fig["step_time_s"] > 0 else float("inf"),
+                fig["peak_bytes"],
+                fig["host_peak_bytes"],
                 bad_at[s],
             )
         )
