@@ -134,6 +134,12 @@ class PlanReport(TypedDict):
     host_budget: int
     host_timeline: HostTimeline
     optimal: NotRequired[OptimalFigures]
+    hosted_accumulators: NotRequired[list[HostedAccumulator]]
+
+@type_check_only
+class HostedAccumulator(TypedDict):
+    node: str
+    output: int
 
 def load_plan(text: str) -> PlanReport: ...
 

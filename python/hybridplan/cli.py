@@ -229,11 +229,12 @@ def _parser() -> argparse.ArgumentParser:
     p = add(
         "fit",
         help="the largest input size (or batch) each strategy fits on a device",
-        description="Traces a reference model at growing sizes (then bisects) and plans "
-        "each traced step with every strategy: prints the largest size (or batch) that "
-        "fits the device's memory less a reserve, its predicted step time and throughput, "
-        "per strategy and without a plan. Says how long the search will take after the "
-        "first trace.",
+        description="Traces a reference model at the sizes where each strategy's smallest "
+        "peak is predicted to meet the budget (two per such size) and plans each traced "
+        "step with every strategy still undecided there: prints the largest size (or batch) "
+        "that fits the device's memory less a reserve, its predicted step time and "
+        "throughput, per strategy and without a plan. Says how many probes are left and "
+        "about how long they take, after the first trace and with each probe.",
     )
     p.add_argument("model", help=", ".join(_MODELS))
     p.add_argument("--device", default="v100-nvlink2", help="device preset or file")

@@ -32,7 +32,9 @@ whose outputs keep the node's names) is stated the same way (:func:`_loop`):
 - **held**: each ``variant`` output the body fills by ``TensorListPushBack`` /
   ``TensorListSetItem`` holds its elements times the trip count (branch 0); a pop adds
   nothing; an element that is the same buffer every iteration (a ``ReadVariableOp``
-  value, a loop-invariant argument) counts 0, and a tensor held by two lists once;
+  value, a loop-invariant argument, a value of constants only, which Grappler folds into
+  one ``Const``) counts 0, and a tensor held by two lists once; a copy to the host
+  (:mod:`hybridplan.accumulators`) counts 0 device bytes;
 - **scratch**: one iteration's peak less each ordinary loop variable twice (the node's
   input and output) and the list elements live at the peak.
 
@@ -269,7 +271,12 @@ def _loop(
     types = list(node.attr["T"].list.type)
     held: list[tuple[int, int, int, list[int], int]] = []
     seen: set[str] = set()  # a tensor added to two lists holds one buffer
-    for k, ref in enumerate(rets):
+    # A buffer two lists hold lives as long as the longer-lived list: count it in a list
+    # another loop reads (an accumulator, held until the gradient loop) before the others
+    # (a TensorArray the forward pass reads right after the loop).
+    to_loops = _read_by_loops(node.name, gd)
+    for k in sorted(range(len(rets)), key=lambda k: (k not in to_loops, k)):
+        ref = rets[k]
         if k >= len(types) or types[k] != _VARIANT:
             continue
         while True:  # walk the list ops from the returned list back to the argument
@@ -285,7 +292,9 @@ def _loop(
                 # the iteration before: the same buffer, if that value is added too.
                 name = element.split(":")[0]
                 key = rets[args.index(name)] if name in args and name not in invariant else element
-                if key not in seen and not _shares_a_buffer(element, by_name, invariant):
+                if _hosted(element, by_name):
+                    pass  # a copy to the host (hybridplan.accumulators): no device bytes
+                elif key not in seen and not _shares_a_buffer(element, by_name, invariant):
                     seen.add(key)
                     stated = _shape(element, by_name)
                     if stated is None:
@@ -304,7 +313,19 @@ def _loop(
     if parts is None or loop_variables is None:
         return None
     peak, _, elements = parts
-    return node.name, max(0, peak - elements - 2 * loop_variables), held
+    return node.name, max(0, peak - elements - 2 * loop_variables), sorted(held)
+
+
+def _read_by_loops(name: str, gd: Any) -> set[int]:
+    """The outputs of node ``name`` that a loop of ``gd`` reads. O(inputs of gd)."""
+    out = set()
+    for n in gd.node:
+        if n.op in WHILE_OPS:
+            for ref in n.input:
+                src, _, k = ref.partition(":")
+                if src == name:
+                    out.add(int(k or 0))
+    return out
 
 
 def _loop_variable_bytes(node: Any) -> int | None:
@@ -329,12 +350,52 @@ def _loop_variable_bytes(node: Any) -> int | None:
     return total
 
 
+def _hosted(ref: str, by_name: dict[str, Any]) -> bool:
+    """Whether a tensor added to a list is a copy :mod:`hybridplan.accumulators` wrote to
+    keep the list on the host (marked ``HOST_COPY``): a host buffer, no device bytes."""
+    from .accumulators import HOST_COPY
+
+    producer = by_name.get(ref.split(":")[0])
+    return producer is not None and HOST_COPY in producer.attr
+
+
 def _shares_a_buffer(ref: str, by_name: dict[str, Any], invariant: set[str]) -> bool:
     """Whether a tensor added to a list each iteration is the same buffer every time:
     a variable's value (``ReadVariableOp`` returns the variable's buffer) or an argument
     the body passes through unchanged (a loop-invariant input, held outside)."""
     producer = by_name.get(ref.split(":")[0])
-    return producer is not None and (producer.op in _VARIABLE_READ or producer.name in invariant)
+    if producer is None:
+        return False
+    return (
+        producer.op in _VARIABLE_READ
+        or producer.name in invariant
+        or _folded(producer.name, by_name)
+    )
+
+
+def _folded(name: str, by_name: dict[str, Any]) -> bool:
+    """Whether a body tensor is computed from constants only (stateless ops, no
+    argument, no function): TensorFlow's constant folding (Grappler, on by default)
+    makes it one ``Const`` whose buffer every iteration shares (the ``zeros_like`` a
+    gradient loop sets into the gradient of the list its forward loop wrote)."""
+    from tensorflow.python.framework import op_def_registry
+
+    seen: set[str] = set()
+    stack = [name]
+    while stack:
+        node = by_name.get(stack.pop().lstrip("^").split(":")[0])
+        if node is None or node.op in _FEEDS or node.op in _ARGUMENT:
+            return False
+        if node.name in seen:
+            continue
+        seen.add(node.name)
+        if len(seen) > 64:  # a constant subgraph this large is no list element's
+            return False
+        op_def = op_def_registry.get(node.op)
+        if op_def is None or op_def.is_stateful or _runs_function(node, {}):
+            return False
+        stack.extend(i for i in node.input if not i.startswith("^"))
+    return True
 
 
 def _arg_nodes(fdef: Any, bgd: Any) -> list[str]:

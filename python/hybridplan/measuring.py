@@ -178,11 +178,12 @@ def replay_step_stats(
     """
     events: dict[str, list[tuple[int, int]]] = {}
     device_of = device_of or {}
+    suffixes = body_suffixes(device_of)
     for dev in step_stats.dev_stats:
         key = device_key(dev.device)
         events.setdefault(key, [])
         for ns in dev.node_stats:
-            bucket = events.setdefault(device_of.get(ns.node_name, key), [])
+            bucket = events.setdefault(charged_device(device_of, suffixes, ns.node_name, key), [])
             records = [
                 (r.alloc_micros, r.alloc_bytes) for m in ns.memory for r in m.allocation_records
             ]
@@ -232,11 +233,12 @@ def step_scratch(step_stats: Any, device_of: Mapping[str, str] | None = None) ->
     bytes (``{device_key: bytes}``; see :func:`_without_scratch` for what counts)."""
     out: dict[str, int] = {}
     device_of = device_of or {}
+    suffixes = body_suffixes(device_of)
     for dev in step_stats.dev_stats:
         key = device_key(dev.device)
         out.setdefault(key, 0)
         for ns in dev.node_stats:
-            k = device_of.get(ns.node_name, key)
+            k = charged_device(device_of, suffixes, ns.node_name, key)
             records = [
                 (r.alloc_micros, r.alloc_bytes) for m in ns.memory for r in m.allocation_records
             ]
@@ -316,7 +318,9 @@ def measure(
         graph_def, moved = place_host_on_device(
             traced.graph_def if graph_def is None else graph_def, device
         )
-        device_of = {f"step/{name}": key for name, key in moved.items()}
+        device_of = {
+            name if name.startswith("*/") else f"step/{name}": key for name, key in moved.items()
+        }
     graph, feeds, fetches, init, variables = _session_graph(traced, graph_def)
     config = session_config(num_cpus, inter_op_threads)
 
@@ -376,7 +380,36 @@ def place_host_on_device(graph_def: Any, device: str) -> tuple[Any, dict[str, st
         if key != want:
             moved[node.name] = key
             node.device = device
+    # A loop body's copies to the host (hybridplan.accumulators): TensorFlow runs a body
+    # node as ``<loop>/body/_<i>/<name>``, so they are named by ``*/<name>``.
+    for f in out.library.function:
+        for node in f.node_def:
+            if node.device:
+                key = device_key(tf.DeviceSpec.from_string(node.device).to_string())
+                if key != want:
+                    moved[f"*/{node.name}"] = key
+                    node.device = device
     return out, moved
+
+
+def charged_device(
+    device_of: Mapping[str, str], suffixes: list[tuple[str, str]], node_name: str, default: str
+) -> str:
+    """The device a node's allocation records are charged to: ``device_of``'s entry
+    for the node, or the first of ``suffixes`` (:func:`body_suffixes`) its name ends
+    with (a loop body's node), else ``default``. O(1), plus O(S) for a name not found."""
+    found = device_of.get(node_name)
+    if found is not None:
+        return found
+    for suffix, key in suffixes:
+        if node_name.endswith(suffix):
+            return key
+    return default
+
+
+def body_suffixes(device_of: Mapping[str, str]) -> list[tuple[str, str]]:
+    """The ``*/name`` entries of ``device_of`` as ``("/name", device key)``."""
+    return [(name[1:], key) for name, key in device_of.items() if name.startswith("*/")]
 
 
 def run_options(order: str = "inline", trace: bool = False) -> Any:

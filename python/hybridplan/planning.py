@@ -306,7 +306,15 @@ class Plan:
 
     @property
     def is_empty(self) -> bool:
-        return not self.swaps and not self.recomputes
+        """Nothing to write: no swap, no recompute, no loop accumulator kept on the host."""
+        return not self.swaps and not self.recomputes and not self.hosted_accumulators
+
+    @property
+    def hosted_accumulators(self) -> list[tuple[str, int]]:
+        """The loop accumulators the plan keeps on the host (``(loop node, output)``,
+        :mod:`hybridplan.accumulators`): planned with their elements copied to the host
+        as the loop pushes them and back as its gradient loop pops them."""
+        return [(h["node"], h["output"]) for h in self.report.get("hosted_accumulators", ())]
 
     def timeline(self, which: str = "planned") -> tuple[np.ndarray, np.ndarray]:
         """(time in s, device bytes in use) of the ``original`` or ``planned`` step."""
@@ -510,20 +518,52 @@ def plan(
         workspace=workspace,
         workspace_profile=workspace_profile,
     )
-    core = _core.plan(
-        source,
-        nbytes,
-        strategy=strategy,
-        device=name,
-        device_json=device_json,
-        min_bytes=min_bytes,
-        profile=profile_items,
-        tflms=tflms_args,
-        select=select if any(select) else None,
-        host_budget=host,
-        **build,
-    )
-    return Plan(core.report(), (core.timeline(0), core.timeline(1)), core.events())
+    options: dict[str, Any] = {
+        "strategy": strategy,
+        "device": name,
+        "device_json": device_json,
+        "min_bytes": min_bytes,
+        "profile": profile_items,
+        "tflms": tflms_args,
+        "select": select if any(select) else None,
+        "host_budget": host,
+    }
+    try:
+        core = _core.plan(source, nbytes, **options, **build)
+        hosted: list[tuple[str, int]] = []
+    except BudgetError:
+        # Over the budget with the loops' accumulators on the device: keep them on the
+        # host (hybridplan.accumulators), when the graph has any, and plan again. Only
+        # for a CPU device model: the copies are written and checked for CPU emulation
+        # (on a GPU the lists' push and pop would have to run on the host as well).
+        hosting = _hosted_source(source, build) if dev.get("kernels") == "cpu" else None
+        if hosting is None:
+            raise
+        hosted, source, build = hosting
+        core = _core.plan(source, nbytes, **options, **build)
+    report = core.report()
+    if hosted:
+        report["hosted_accumulators"] = [{"node": n, "output": k} for n, k in hosted]
+    return Plan(report, (core.timeline(0), core.timeline(1)), core.events())
+
+
+def _hosted_source(source: Any, build: dict) -> tuple[list[tuple[str, int]], bytes, dict] | None:
+    """The graph bytes ``source`` with every movable loop accumulator kept on the host
+    (:mod:`hybridplan.accumulators`; the step's nodes and their indices unchanged), the
+    accumulators, and the build options with the loops' memory stated again; ``None``
+    when ``source`` is an analysis or has no movable accumulator."""
+    if not isinstance(source, bytes) or not build.get("bodies"):
+        return None
+    from tensorflow.core.framework import graph_pb2
+
+    from .accumulators import host, movable
+
+    gd = graph_pb2.GraphDef.FromString(source)
+    found = movable(gd)
+    if not found:
+        return None
+    data = host(gd, found, "cpu-emulation").SerializeToString()
+    return found, data, dict(build, bodies=body_memory(data, build["workspace"]))
 
 
 def _source(

@@ -279,6 +279,19 @@ def rewrite_with_summary(
         writer.recompute(r, rec)
     writer.check_redirects_used()
     writer.keep_fanouts()
+    hosted = [(h["node"], h["output"]) for h in plan.get("hosted_accumulators", ())]
+    if hosted:  # loop accumulators kept on the host: the loops' bodies copy them
+        from .accumulators import host as host_accumulators
+
+        if target != "cpu-emulation":
+            raise UnsupportedGraphError(
+                "the plan keeps loop accumulators on the host, which is written for "
+                "target='cpu-emulation' only (on a GPU the lists' push and pop would have "
+                "to run on the host too): rewrite it for 'cpu-emulation', or plan for a GPU "
+                "device model, whose plans keep the accumulators on the device"
+            )
+
+        writer.out = host_accumulators(writer.out, hosted, target)
     return Rewritten(writer.out, writer.summary())
 
 

@@ -254,6 +254,7 @@ fn report(
         host_budget: opts.host_budget,
         host_timeline: judged.host.timeline.clone().into(),
         optimal: None,
+        hosted_accumulators: Vec::new(),
     }
 }
 

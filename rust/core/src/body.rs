@@ -20,6 +20,13 @@
 //!   [`crate::dtype`]): held from the node until its last reader, as every
 //!   tensor is.
 //!
+//! A loop accumulator the plan keeps on the host (its bodies copy each
+//! element to the host as it is pushed and back as it is popped:
+//! `python/hybridplan/accumulators.py`, recorded in the plan as
+//! [`crate::schema::HostedAccumulator`]) is stated with no held entry: its
+//! list holds 0 device bytes, and the copies, nodes of the bodies, are in
+//! each iteration's peak (`scratch_bytes`).
+//!
 //! A node given a [`BodyMemory`] is flagged [`NodeFlags::BODY_KNOWN`]: the
 //! planner then plans around it ([`crate::api::check_supported`]); it is
 //! never cloned (control flow is `NO_RECOMPUTE`) and its handle outputs are
@@ -117,8 +124,17 @@ pub(crate) fn apply(
 /// name only the elements' dtype, which the decoders would give it. The bytes
 /// of a list a loop fills are stated by [`apply`].
 pub(crate) fn type_lists(g: &mut Graph) {
+    // Decided once per distinct op type; most graphs have no list op.
+    let list: Vec<Option<usize>> = g
+        .ops
+        .iter()
+        .map(|op| crate::opkind::list_output(op))
+        .collect();
+    if list.iter().all(Option::is_none) {
+        return;
+    }
     for v in 0..g.nodes.len() as u32 {
-        let Some(k) = crate::opkind::list_output(g.op_name(v)) else {
+        let Some(k) = list[g.nodes[v as usize].op as usize] else {
             continue;
         };
         if let Some(t) = g.outputs(v).nth(k) {

@@ -26,13 +26,16 @@
 //! dataflow graph gets the error, in the order of the checks, of the
 //! reference route (`graphdef::decode`, `reference::specs_from_raw`,
 //! [`build::build`]), kept as a test oracle: a fault met while streaming is
-//! held until the bytes are known to decode.
+//! held until the bytes are known to decode. The context an error needs
+//! stays off the hot path: a first pass checks no input for a `:`, and on
+//! any error a second, exact pass makes the error again
+//! ([`graph_from_bytes`]).
 //!
 //! # Complexity
 //! O(bytes + N + T + E + D) expected time for N nodes, T tensors, E edges
 //! and D dimensions (hash lookups); memory O(N + T + E + D) besides the
 //! graph, in a few dozen vectors whatever N: nothing is allocated per node.
-//! An error costs O(N + E) more at most, once.
+//! An error costs the exact pass, and O(N + E) more at most, once.
 
 mod faults;
 mod tensors;
@@ -77,17 +80,20 @@ const BIG_K: u16 = u16::MAX;
 /// assert!(graph_from_bytes(&bytes[..bytes.len() / 2], &BuildOptions::default()).is_err());
 /// ```
 pub fn graph_from_bytes(bytes: &[u8], opts: &BuildOptions) -> Result<Graph> {
-    // A node name with a `:` (which TensorFlow never writes) calls for the
-    // exact parse of every input; without one, that of the inputs not
-    // resolved on sight is enough.
+    // The first pass checks no input for a `:` (a node name with one,
+    // which TensorFlow never writes, ends it at once): an input taken whole
+    // that has one then names no node, so the pass fails. Any error is made
+    // again by the exact pass, which parses every input as the reference
+    // does and gives the reference's error; a graph that builds is built by
+    // the first pass alone.
     match build_graph(bytes, opts, false) {
-        Some(result) => result,
-        None => build_graph(bytes, opts, true).unwrap_or_else(|| Err(build::no_nodes())),
+        Some(Ok(g)) => Ok(g),
+        _ => build_graph(bytes, opts, true).unwrap_or_else(|| Err(build::no_nodes())),
     }
 }
 
 /// [`graph_from_bytes`]; `None` if a node name has a `:` and `exact` is
-/// false.
+/// false. Its errors are the reference's only when `exact`.
 fn build_graph(bytes: &[u8], opts: &BuildOptions, exact: bool) -> Option<Result<Graph>> {
     // Capacities from the size of the input, on the high side: traced steps
     // take 100 to 300 bytes a node, and pages reserved but never written
@@ -169,8 +175,8 @@ struct Builder<'a> {
     unshaped: Vec<Unshaped>,
     /// What is wrong, held until it can be reported.
     faults: Faults,
-    /// Parse every input exactly (else only those not resolved on sight:
-    /// right when no node name has a `:`).
+    /// Parse every input exactly (else check none for a `:`: right for a
+    /// graph that builds when no node name has one).
     exact: bool,
 }
 
@@ -251,7 +257,7 @@ impl<'a> Builder<'a> {
                 let count = hi - lo;
                 let start = self.out_dtype.len();
                 for k in 0..count {
-                    self.out_dtype.push(dtype_of(&v.attrs, arrays, k, count));
+                    self.out_dtype.push(dtype_of(v.attrs, arrays, k, count));
                 }
                 if self.out_dtype[start..].contains(&0) {
                     self.faults.unknown_dtype(id);
@@ -261,7 +267,7 @@ impl<'a> Builder<'a> {
             None => {
                 self.unshaped.push(Unshaped {
                     node: id,
-                    attrs: v.attrs,
+                    attrs: *v.attrs,
                 });
                 self.counts.push(0);
             }
@@ -306,9 +312,10 @@ impl<'a> Builder<'a> {
         let h = nametable::hash(name);
         let src = self.names.recent(name, h);
         // Taken whole, an input is right unless it has a `:` (then what
-        // follows the last one is not a `u32`): only the inputs not resolved
-        // on sight can have one when no node name has one.
-        if name.len() == s.len() && (src.is_none() || self.exact) && name.contains(&b':') {
+        // follows the last one is not a `u32`). Checked only by the exact
+        // pass: when no node name has a `:`, such an input names no node,
+        // and the first pass fails (see `graph_from_bytes`).
+        if self.exact && name.len() == s.len() && name.contains(&b':') {
             return self.unparsed(id, user, s, data);
         }
         let control = k.is_none();

@@ -224,6 +224,7 @@ pub fn evaluate(
         host_budget: u64::MAX,
         host_timeline: crate::host::host_memory(g, plan, &planned).timeline.into(),
         optimal: None,
+        hosted_accumulators: Vec::new(),
     };
     Ok(Evaluated {
         report,

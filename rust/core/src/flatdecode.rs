@@ -124,7 +124,8 @@ pub(crate) struct NodeView<'a, 'n> {
     pub device: &'a [u8],
     /// Input references in TensorFlow form, in file order.
     pub inputs: &'n [&'a [u8]],
-    pub attrs: NodeAttrs,
+    /// Kept in the decoder's state: a view is a few words to hand over.
+    pub attrs: &'n NodeAttrs,
 }
 
 /// Decodes `bytes`, calling `on_node` for every node in file order (with
@@ -286,6 +287,8 @@ struct NodeState<'a> {
     first: [Val; SLOTS],
     seen: u16,
     calls_function: bool,
+    /// The summary of the last node decoded.
+    attrs: NodeAttrs,
 }
 
 impl Default for NodeState<'_> {
@@ -297,6 +300,15 @@ impl Default for NodeState<'_> {
             first: [Val::Other; SLOTS],
             seen: 0,
             calls_function: false,
+            attrs: NodeAttrs {
+                output_shapes: None,
+                fallback: None,
+                t: None,
+                has_shape_or_value: false,
+                lists: [None; LIST_KEYS],
+                single: None,
+                calls_function: false,
+            },
         }
     }
 }
@@ -354,13 +366,13 @@ impl<'a> NodeState<'a> {
             return Err(Malformed::in_bytes(b, b.len(), Fault::TooLarge));
         }
         self.attr = None;
-        let attrs = self.summary(op, arrays);
+        self.summarize(op, arrays);
         Ok(NodeView {
             name: self.name,
             op,
             device,
             inputs: &self.inputs,
-            attrs,
+            attrs: &self.attrs,
         })
     }
 
@@ -405,10 +417,13 @@ impl<'a> NodeState<'a> {
         Ok(())
     }
 
-    /// Folds the first occurrences into what the build reads.
-    fn summary(&self, op: &[u8], arrays: &Arrays) -> NodeAttrs {
-        let get = |s: Slot| (self.seen & (1 << s as u16) != 0).then(|| self.first[s as usize]);
-        let output_shapes = match get(Slot::OutputShapes) {
+    /// Folds the first occurrences into what the build reads, in
+    /// [`NodeState::attrs`] (field by field: no summary to copy).
+    fn summarize(&mut self, op: &[u8], arrays: &Arrays) {
+        let (seen, first) = (self.seen, &self.first);
+        let get = |s: Slot| (seen & (1 << s as u16) != 0).then(|| first[s as usize]);
+        let a = &mut self.attrs;
+        a.output_shapes = match get(Slot::OutputShapes) {
             Some(Val::List {
                 kind: ListKind::Shapes | ListKind::Empty,
                 shapes,
@@ -419,12 +434,12 @@ impl<'a> NodeState<'a> {
         };
         // First occurrences of `shape` and `value` are always stored.
         let side = |i: u32| arrays.side.shapes.get(i as usize).copied();
-        let fallback = match (get(Slot::Shape), get(Slot::Value)) {
+        a.fallback = match (get(Slot::Shape), get(Slot::Value)) {
             (Some(Val::Shape(i)), _) => side(i),
             (_, Some(Val::TensorShape(i))) => side(i),
             _ => None,
         };
-        let lists = LIST_SLOTS.map(|s| match get(s) {
+        a.lists = LIST_SLOTS.map(|s| match get(s) {
             Some(Val::List {
                 kind: ListKind::Types,
                 types,
@@ -432,7 +447,7 @@ impl<'a> NodeState<'a> {
             }) => Some(types),
             _ => None,
         });
-        let single = if op == b"VarHandleOp" {
+        a.single = if op == b"VarHandleOp" {
             Some(DType::RESOURCE)
         } else {
             let keys: &[Slot] = if op == b"Range" {
@@ -445,7 +460,7 @@ impl<'a> NodeState<'a> {
                 _ => None,
             })
         };
-        let t = get(Slot::T).map(|v| match v {
+        a.t = get(Slot::T).map(|v| match v {
             Val::List {
                 kind: ListKind::Types,
                 types: (lo, hi),
@@ -457,15 +472,8 @@ impl<'a> NodeState<'a> {
             } => Some(0),
             _ => None,
         });
-        NodeAttrs {
-            output_shapes,
-            fallback,
-            t,
-            has_shape_or_value: get(Slot::Shape).is_some() || get(Slot::Value).is_some(),
-            lists,
-            single,
-            calls_function: self.calls_function,
-        }
+        a.has_shape_or_value = get(Slot::Shape).is_some() || get(Slot::Value).is_some();
+        a.calls_function = self.calls_function;
     }
 }
 

@@ -36,6 +36,9 @@ pub(crate) fn hash(name: &[u8]) -> u64 {
     h.finish()
 }
 
+/// Entries of an [`Interner`]'s cache.
+const INTERN_CACHE: usize = 64;
+
 /// Name -> id, for ids below `u32::MAX`.
 pub(crate) struct NameTable {
     /// 0: empty; else the high 32 bits of the hash, then id + 1.
@@ -198,7 +201,11 @@ impl Names {
 
     /// Whether some name has the byte `b`.
     pub(crate) fn any_has(&self, b: u8) -> bool {
-        self.text.contains(&b)
+        // A branch-free fold over blocks, which the compiler turns into
+        // vector compares (`contains` goes a word at a time).
+        self.text
+            .chunks(4096)
+            .any(|c| c.iter().fold(0u8, |acc, &x| acc | u8::from(x == b)) != 0)
     }
 
     /// Puts back the text [`Names::take_text`] took.
@@ -409,6 +416,11 @@ fn name_at<'s>(text: &'s [u8], ends: &[u32], i: u32) -> &'s [u8] {
 /// Distinct strings (ops, devices) numbered in order of appearance.
 pub(crate) struct Interner<'a> {
     table: NameTable,
+    /// A small cache in front of the table, by [`Interner::quick_key`]:
+    /// (key, id + 1; 0 when empty). An op type repeats from node to node,
+    /// and this costs a few loads and one compare, against a hash of the
+    /// whole string and a probe.
+    cache: [(u32, u32); INTERN_CACHE],
     seen: Vec<&'a [u8]>,
     /// The strings, checked as UTF-8.
     pub(crate) strings: Vec<Box<str>>,
@@ -418,6 +430,7 @@ impl<'a> Interner<'a> {
     pub(crate) fn new() -> Interner<'a> {
         Interner {
             table: NameTable::with_capacity(64),
+            cache: [(0, 0); INTERN_CACHE],
             seen: Vec::new(),
             strings: Vec::new(),
         }
@@ -426,6 +439,34 @@ impl<'a> Interner<'a> {
     /// The id of `s`, added when new; `None` if `s` is new and not UTF-8.
     #[inline]
     pub(crate) fn id(&mut self, s: &'a [u8]) -> Option<u32> {
+        let key = Self::quick_key(s);
+        let at = (key.wrapping_mul(0x9E37_79B9) >> 26) as usize % INTERN_CACHE;
+        let (k, id) = self.cache[at];
+        if k == key && id != 0 && self.seen[id as usize - 1] == s {
+            return Some(id - 1);
+        }
+        let id = self.id_in_table(s)?;
+        self.cache[at] = (key, id + 1);
+        Some(id)
+    }
+
+    /// Length, first, middle and last byte of `s`: a key for the cache,
+    /// equal for equal strings.
+    #[inline]
+    fn quick_key(s: &[u8]) -> u32 {
+        let (Some(&first), Some(&last)) = (s.first(), s.last()) else {
+            return 0;
+        };
+        let mid = s[s.len() / 2];
+        (s.len() as u32 & 0xff)
+            | u32::from(first) << 8
+            | u32::from(mid) << 16
+            | u32::from(last) << 24
+    }
+
+    /// [`Interner::id`] by the table.
+    #[inline(never)]
+    fn id_in_table(&mut self, s: &'a [u8]) -> Option<u32> {
         let h = hash(s);
         let seen = &self.seen;
         if let Some(id) = self.table.get(s, h, |i| seen[i as usize]) {

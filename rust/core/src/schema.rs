@@ -225,6 +225,21 @@ pub struct PlanReport {
     /// The exact solver's figures, for its plans only.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub optimal: Option<OptimalFigures>,
+    /// Loop accumulators the plan keeps on the host (the loops' bodies copy
+    /// each element out as it is pushed and back as it is popped): the plan
+    /// was made with their memory stated so, and the rewrite writes the
+    /// copies (`python/hybridplan/accumulators.py`). Absent when none.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub hosted_accumulators: Vec<HostedAccumulator>,
+}
+
+/// One loop accumulator kept on the host: output `output` of loop `node`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HostedAccumulator {
+    /// The forward loop's node name.
+    pub node: String,
+    /// Its output that is the accumulator (a `TensorList`).
+    pub output: u32,
 }
 
 impl PlanReport {

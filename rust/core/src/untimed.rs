@@ -62,15 +62,22 @@ fn live(g: &Graph) -> Vec<bool> {
     if let Some(t) = g.tensors.get(g.loss as usize) {
         stack.push(t.node);
     }
+    // Marked live when pushed, so that each node is pushed once: the stack
+    // never grows past N.
     let mut live = vec![false; n];
+    stack.retain(|&v| !std::mem::replace(&mut live[v as usize], true));
+    stack.reserve(n);
     while let Some(v) = stack.pop() {
-        if std::mem::replace(&mut live[v as usize], true) {
-            continue;
+        // Two loops, not `predecessors`: the chained iterator is called
+        // out of line, once per node.
+        for &t in g.inputs(v) {
+            let p = g.tensors[t as usize].node;
+            if !std::mem::replace(&mut live[p as usize], true) {
+                stack.push(p);
+            }
         }
-        // A loop, not `extend`: the compiler calls `extend`'s general
-        // (unsized iterator) path out of line, once per node.
-        for p in g.predecessors(v) {
-            if !live[p as usize] {
+        for &p in g.control_inputs(v) {
+            if !std::mem::replace(&mut live[p as usize], true) {
                 stack.push(p);
             }
         }

@@ -244,6 +244,29 @@ fn varint_slow(buf: &[u8], start: usize) -> Scanned<(u64, usize)> {
     Err(Malformed::in_bytes(buf, start, Fault::VarintOverflow))
 }
 
+/// A key that is not one byte of a field numbered 1 to 15 (or a malformed
+/// one) at `buf[start..]`: (field number, wire type, position after it).
+#[inline(never)]
+fn key_slow(buf: &[u8], start: usize) -> Scanned<(u32, u8, usize)> {
+    let (k, end) = varint_slow(buf, start)?;
+    let field = k >> 3;
+    if field == 0 || field > u64::from(u32::MAX >> 3) {
+        return Err(Malformed::in_bytes(buf, start, Fault::FieldNumber));
+    }
+    Ok((field as u32, (k & 7) as u8, end))
+}
+
+/// A payload whose length at `buf[at..]` is not one byte, or runs past the
+/// end of `buf`: where it starts and ends.
+#[inline(never)]
+fn bytes_slow(buf: &[u8], at: usize) -> Scanned<(usize, usize)> {
+    let (len, start) = varint_slow(buf, at)?;
+    if len > (buf.len() - start) as u64 {
+        return Err(Malformed::in_bytes(buf, at, Fault::LengthPastEnd));
+    }
+    Ok((start, start + len as usize))
+}
+
 /// A protobuf cursor for hot loops: every read checked, an error of one
 /// word ([`Malformed`]), byte strings left for the caller to check as UTF-8.
 pub(crate) struct Scan<'a> {
@@ -294,26 +317,37 @@ impl<'a> Scan<'a> {
     /// Reads a field key: (field number, wire type).
     #[inline]
     pub(crate) fn key(&mut self) -> Scanned<(u32, u8)> {
-        let start = self.pos;
-        let k = self.varint()?;
-        let field = k >> 3;
-        if field == 0 || field > u64::from(u32::MAX >> 3) {
-            return Err(self.fault(start, Fault::FieldNumber));
+        // A one-byte key of a field numbered 1 to 15 (nearly every key):
+        // one range check.
+        match self.buf.get(self.pos) {
+            Some(&b) if (8..0x80).contains(&b) => {
+                self.pos += 1;
+                Ok((u32::from(b >> 3), b & 7))
+            }
+            _ => {
+                let (field, wire, end) = key_slow(self.buf, self.pos)?;
+                self.pos = end;
+                Ok((field, wire))
+            }
         }
-        Ok((field as u32, (k & 7) as u8))
     }
 
     /// Reads a length-delimited payload.
     #[inline]
     pub(crate) fn bytes(&mut self) -> Scanned<&'a [u8]> {
-        let at = self.pos;
-        let len = self.varint()?;
-        let rest = self.buf.get(self.pos..).unwrap_or_default();
-        if len > rest.len() as u64 {
-            return Err(self.fault(at, Fault::LengthPastEnd));
+        // A one-byte length within the message (most of them): one check.
+        let rest = self.buf.get(self.pos + 1..).unwrap_or_default();
+        match self.buf.get(self.pos) {
+            Some(&b) if b < 0x80 && usize::from(b) <= rest.len() => {
+                self.pos += 1 + usize::from(b);
+                Ok(&rest[..usize::from(b)])
+            }
+            _ => {
+                let (start, end) = bytes_slow(self.buf, self.pos)?;
+                self.pos = end;
+                Ok(&self.buf[start..end])
+            }
         }
-        self.pos += len as usize;
-        Ok(&rest[..len as usize])
     }
 
     /// Reads a length-delimited payload that must be UTF-8.

@@ -407,3 +407,37 @@ fn narrow_residual_plans_swap_many_tensors() {
     );
     assert!(out.planned.peak_bytes <= budget);
 }
+
+/// `hybrid` builds no candidate that cannot beat its best plan so far
+/// (`plan/portfolio.rs`, `Bounds`): on the narrow residual graph the greedy
+/// on swaps and recomputes hides every swap (the step is the summed op
+/// times), so the recompute loop, the `swap` and TFLMS plans and the
+/// published loops are skipped and only the empty plan and the greedy's are
+/// simulated (a debug build that counted the skipped candidates'
+/// simulations counted 16). In debug builds the skipped candidates still
+/// run and must not win (`unless_beaten`).
+#[test]
+fn hybrid_skips_candidates_that_cannot_beat_its_best_plan() {
+    let spec = SynthSpec {
+        kind: SynthKind::Narrow,
+        blocks: hybridplan_core::synth::blocks_for_nodes(SynthKind::Narrow, 2_000),
+        ..SynthSpec::default()
+    };
+    let a = analyze(&graphdef(&spec), &BuildOptions::default()).unwrap();
+    let dev = preset("v100-nvlink2").unwrap();
+    let p = a.graph.persistent_bytes;
+    let budget = p + (a.liveness.peak_bytes - p) / 2;
+    let opts = PlanOptions {
+        strategy: Strategy::Hybrid,
+        budget,
+        ..PlanOptions::default()
+    };
+    let out = plan_analysis(&a, &dev, &opts, &[]).unwrap();
+    let r = &out.report;
+    assert_eq!(
+        r.planned.step_time_s, r.original.step_time_s,
+        "every swap hidden"
+    );
+    assert!(!r.swaps.is_empty());
+    assert_eq!(r.evaluations, 2, "the empty plan and the greedy's only");
+}

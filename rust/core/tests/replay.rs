@@ -260,6 +260,7 @@ fn a_report_for_another_graph_is_refused() {
         host_budget: u64::MAX,
         host_timeline: HostTimeline::default(),
         optimal: None,
+        hosted_accumulators: vec![],
     };
     let bad = serde_json::to_string(&report).unwrap();
     let e = replay::plan_from_report(&a.graph, &bad)

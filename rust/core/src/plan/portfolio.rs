@@ -16,13 +16,29 @@
 //!   unsimulated when it cannot beat the best so far. Ties keep the earlier
 //!   plan. So `hybrid` is never slower than any other strategy.
 //!
+//! A candidate that cannot be faster than the best so far is not built
+//! (`Bounds`): the recompute plan when the best is at least as fast as the
+//! forward units' cheapest recompute allows, and the published loops with
+//! their start (the `swap` and TFLMS plans) when moreover the best is as
+//! fast as any plan can be. Skipping them changes no result, only the
+//! evaluations counted.
+//!
 //! # The model
 //! The simulator's step time ranks the plans; every plan has passed the
-//! budgets (`Planner::fits`).
+//! budgets (`Planner::fits`). No plan's step is shorter than the summed op
+//! times `C` of the schedule (`ctx.start[N]`): the simulator's compute
+//! stream adds the same op times in the same order, each item starting no
+//! earlier than the one before ended, and clones and waits only add to its
+//! clock (rounding is monotone, so the bound is exact). A plan with a
+//! recompute of the forward units (`Recs::Base`: every plan of the
+//! recompute loop that fits, and of the published loop but its start) also
+//! runs that option's clones: its step is at least `C` plus the cheapest
+//! option's clone time, less a margin of 10^-9 for the order of the sums
+//! (as `paper.rs`'s `cannot_beat`).
 //!
 //! # Complexity
 //! The sum of the strategies run (see their files); plans reached twice are
-//! judged once.
+//! judged once. The bounds: O(R) once.
 
 use super::cuts::sqrt_spans;
 use super::fit::Recs;
@@ -42,11 +58,23 @@ impl Planner<'_> {
         if self.recs.len() > self.base_recs {
             keep_faster(&mut best, self.fit(true, Recs::All, "hybrid"));
         }
-        keep_faster(&mut best, self.fit(false, Recs::Base, "recompute"));
-        keep_faster(&mut best, self.swap().and_then(|p| self.paper(p)));
-        if self.opts.tflms.is_none() && self.ctx.g.num_nodes() <= self.opts.grid_max_nodes {
-            keep_faster(&mut best, self.tflms_tuned().and_then(|p| self.paper(p)));
-        }
+        // What the candidates below can reach at best (the model above):
+        // one that cannot be faster than `best` is not built. In debug
+        // builds it is built all the same and must not win.
+        let bounds = self.bounds();
+        let skip_recompute = bounds.beaten(&best, bounds.recompute);
+        let skip_loops = skip_recompute && bounds.beaten(&best, bounds.any);
+        let recompute = |best: &mut Option<Planned>| {
+            keep_faster(best, self.fit(false, Recs::Base, "recompute"));
+        };
+        let loops = |best: &mut Option<Planned>| {
+            keep_faster(best, self.swap().and_then(|p| self.paper(p)));
+            if self.opts.tflms.is_none() && self.ctx.g.num_nodes() <= self.opts.grid_max_nodes {
+                keep_faster(best, self.tflms_tuned().and_then(|p| self.paper(p)));
+            }
+        };
+        self.unless_beaten(&mut best, skip_recompute, recompute);
+        self.unless_beaten(&mut best, skip_loops, loops);
         // Recompute-only plans of whole spans last: one that cannot beat
         // the best so far is not simulated (`spans_plan`).
         let beat =
@@ -62,6 +90,47 @@ impl Planner<'_> {
             p.evaluations = self.evals.get();
             p
         })
+    }
+
+    /// The lower bounds on the step of `hybrid`'s candidates (the model in
+    /// the header). O(R) for R recompute options.
+    fn bounds(&self) -> Bounds {
+        let ctx = self.ctx;
+        let compute = ctx.start[ctx.s.order.len()];
+        let cheapest = (self.recs[..self.base_recs].iter())
+            .map(|r| r.time_s)
+            .fold(f64::INFINITY, f64::min);
+        Bounds {
+            any: compute,
+            recompute: (compute + cheapest) * (1.0 - 1e-9),
+        }
+    }
+
+    /// Runs `candidates` on `best` unless `skip` (their bound says none can
+    /// win). In debug builds a skipped run is made on a copy and must leave
+    /// the plan and its strategy as they are; its simulations are then
+    /// forgotten (not counted, not reused), so the report is the same as a
+    /// release build's.
+    fn unless_beaten(
+        &self,
+        best: &mut Option<Planned>,
+        skip: bool,
+        candidates: impl Fn(&mut Option<Planned>),
+    ) {
+        if !skip {
+            candidates(best);
+        } else if cfg!(debug_assertions) {
+            let (evals, judged) = (self.evals.get(), self.judged.borrow().len());
+            let mut copy = best.clone();
+            candidates(&mut copy);
+            self.evals.set(evals);
+            self.judged.borrow_mut().truncate(judged);
+            debug_assert_eq!(
+                copy.as_ref().map(|p| (&p.plan, &p.strategy)),
+                best.as_ref().map(|p| (&p.plan, &p.strategy)),
+                "a candidate skipped by its bound would have won"
+            );
+        }
     }
 
     /// The swap plan: TFLMS when parameters are given; otherwise the faster
@@ -80,5 +149,22 @@ impl Planner<'_> {
             }
         }
         best.map(|p| self.renamed(p, "swap"))
+    }
+}
+
+/// Lower bounds on the simulated step of a plan (seconds): `any` of every
+/// plan, `recompute` of one with a recompute of the forward units
+/// (infinite when there are none).
+struct Bounds {
+    any: f64,
+    recompute: f64,
+}
+
+impl Bounds {
+    /// Whether no candidate whose step is at least `bound` can be faster
+    /// than `best` (`keep_faster` keeps only a strictly faster plan).
+    fn beaten(&self, best: &Option<Planned>, bound: f64) -> bool {
+        best.as_ref()
+            .is_some_and(|b| b.verdict.step_time_s <= bound)
     }
 }
