@@ -21,7 +21,7 @@ What is compared (ratios are measured / predicted, so > 1 means the model is sho
   ``hybridplan.apply(traced, budget, strategy=..., device="cpu", target="cpu-emulation",
   min_bytes=4096)`` at ``budget = persistent + scratch + f * (activation peak - scratch)``
   (``scratch``: the largest one op holds, which no plan removes) for the smallest
-  ``f`` in (0.7, 0.8, 0.9) that plans. Predicted: ``plan.planned.peak_bytes - persistent``;
+  ``f`` in (0.7, 0.8, 0.9) that plans. Predicted: ``plan.planned["peak_bytes"] - persistent``;
   measured: the rewritten graph's device peak, and whether it is within
   ``budget - persistent``. A plan with swaps has nodes on the host, so two executors,
   which TensorFlow runs on its thread pool even when asked inline; it is measured with
@@ -277,8 +277,8 @@ def _simulate_again(
         times is None
         and rule == own
         and (
-            planned["peak_bytes"] != plan.planned.peak_bytes
-            or not math.isclose(planned["step_time_s"], plan.planned.step_time_s, rel_tol=1e-9)
+            planned["peak_bytes"] != plan.planned["peak_bytes"]
+            or not math.isclose(planned["step_time_s"], plan.planned["step_time_s"], rel_tol=1e-9)
         )
     ):
         raise AssertionError("the plan written back does not simulate as planned")
@@ -353,13 +353,13 @@ def _run_plans(b: Bench, a: Any, steps: int, explain: bool = False) -> list[Plan
         if result is not None:
             planned = result.plan.planned
             row.plan = result
-            row.predicted = planned.peak_bytes - persistent
+            row.predicted = planned["peak_bytes"] - persistent
             row.predicted_tensors = (
                 _simulate_again(b.traced, result.plan, None, "none")["peak_bytes"] - persistent
             )
-            row.predicted_step = planned.step_time_s
-            row.predicted_original_step = result.plan.original.step_time_s
-            row.swaps, row.clones = planned.swaps, planned.clones
+            row.predicted_step = planned["step_time_s"]
+            row.predicted_original_step = result.plan.original["step_time_s"]
+            row.swaps, row.clones = planned["swaps"], planned["clones"]
             # Swap-outs on the device, their copies tallied as host memory: one executor,
             # so inline (no effect on a recompute plan).
             m = measuring.measure(

@@ -143,14 +143,14 @@ def plan_one(a, budget: int, strategy: str) -> dict:
     f = p.planned
     return {
         "fits": True,
-        "step_time_s": f.step_time_s,
-        "peak_bytes": f.peak_bytes,
-        "compute_time_s": f.compute_time_s,
-        "recompute_time_s": f.recompute_time_s,
-        "stall_time_s": f.stall_time_s,
-        "bytes_d2h": f.bytes_d2h,
-        "bytes_h2d": f.bytes_h2d,
-        "host_peak_bytes": f.host_peak_bytes,
+        "step_time_s": f["step_time_s"],
+        "peak_bytes": f["peak_bytes"],
+        "compute_time_s": f["compute_time_s"],
+        "recompute_time_s": f["recompute_time_s"],
+        "stall_time_s": f["stall_time_s"],
+        "bytes_d2h": f["bytes_d2h"],
+        "bytes_h2d": f["bytes_h2d"],
+        "host_peak_bytes": f["host_peak_bytes"],
         "winner": p.strategy,
         "seconds": time.perf_counter() - t0,
     }
@@ -208,7 +208,7 @@ def sweep(name: str, cache: Path, points: int, dense: int, say) -> dict:
     for b, plans in at:
         if plans["hybrid"]["fits"]:
             p = hybridplan.plan(a, b, strategy="hybrid", device=DEVICE, host_budget=None)
-            plans["hybrid"]["by_need_s"] = by_need(a, p) if p.swaps else p.planned.step_time_s
+            plans["hybrid"]["by_need_s"] = by_need(a, p) if p.swaps else p.planned["step_time_s"]
     return {
         "workload": name,
         "label": WORKLOADS.get(name, (None,) * 4 + (name,))[4],

@@ -58,9 +58,9 @@ def at_paper_size(name: str, fixed: dict, size: int, device: str, cache: Path) -
                 data, "auto", strategy=s, loss=loss, device=device, host_budget=None
             )
             out[s] = {
-                "step_time_s": p.planned.step_time_s,
-                "peak": p.planned.peak_bytes,
-                "unbounded_step_s": p.original.step_time_s,
+                "step_time_s": p.planned["step_time_s"],
+                "peak": p.planned["peak_bytes"],
+                "unbounded_step_s": p.original["step_time_s"],
             }
         except BudgetError as e:
             out[s] = {"best_peak": e.best_peak}

@@ -48,7 +48,7 @@ def run(device: str, sizes: tuple[int, ...], time_limit: float) -> list[dict]:
                         time_limit=time_limit,
                         separate_buffers=True,
                     )
-                    row[s] = p.planned.step_time_s
+                    row[s] = p.planned["step_time_s"]
                     if s == "optimal":
                         row["solver"] = p.report.get("optimal", {})
                 except BudgetError:

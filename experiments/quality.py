@@ -84,9 +84,9 @@ def row(label: str, model: str, kw: dict, device: str, budget: int) -> list[str]
         t = time.perf_counter()
         try:
             p = hybridplan.plan(data, budget, strategy=s, device=device)
-            base = p.original.step_time_s
-            times[s] = p.planned.step_time_s
-            cells.append(f"{fmt_bytes(p.planned.peak_bytes)} / {p.planned.step_time_s:.3f} s")
+            base = p.original["step_time_s"]
+            times[s] = p.planned["step_time_s"]
+            cells.append(f"{fmt_bytes(p.planned['peak_bytes'])} / {p.planned['step_time_s']:.3f} s")
         except hybridplan.BudgetError as e:
             cells.append(f"no plan (best {fmt_bytes(e.best_peak)})")
         print(f"  {label} {device} {s}: {time.perf_counter() - t:.2f} s to plan", file=sys.stderr)

@@ -431,8 +431,8 @@ class CpuBench:
             f"{strategy} @ {act_budget / MB:.2f} MB",
             "hybridplan",
             Run(strategy, traced, r.graph_def, self.original.run.batch),
-            r.plan.planned.peak_bytes - persistent,
-            r.plan.planned.step_time_s,
+            r.plan.planned["peak_bytes"] - persistent,
+            r.plan.planned["step_time_s"],
             budget=act_budget,
             inserted=f"{c['swap_out']} swaps, {c['clones']} clones",
             target=target,
@@ -536,7 +536,7 @@ def gpu_rows(name: str, kwargs: dict) -> list[GpuRow]:
             )  # fmt: skip
         except BudgetError as exc:
             return f"no plan ({(exc.best_peak - persistent) / 1e9:.2f} GB)"
-        return p.planned.peak_bytes - persistent, p.planned.step_time_s
+        return p.planned["peak_bytes"] - persistent, p.planned["step_time_s"]
 
     sweep = {
         s: [x for f in GPU_SWEEP if isinstance(x := planned(s, int(f * act)), tuple)]

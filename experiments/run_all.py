@@ -232,7 +232,7 @@ def child_memory(nodes: int, budget: int | None) -> dict:
         out.update(nodes=a.num_nodes, peak=a.peak_bytes, persistent=a.persistent_bytes)
     else:
         p = hybridplan.plan(data, budget, strategy="hybrid", device=DEVICE)
-        out.update(budget=budget, planned_peak=p.planned.peak_bytes, strategy=p.strategy)
+        out.update(budget=budget, planned_peak=p.planned["peak_bytes"], strategy=p.strategy)
     out["seconds"] = time.perf_counter() - t0
     out["rss_peak"] = _rss_bytes()
     return out

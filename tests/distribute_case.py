@@ -104,12 +104,12 @@ def mirrored() -> dict:
     strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
     model, optimizer, loss_fn = _model(strategy)
     spec_x, spec_y = tf.TensorSpec([BATCH, SIZE, SIZE, 3]), tf.TensorSpec([BATCH, 1])
-    dt = distributed.trace_keras(strategy, model, optimizer, loss_fn, spec_x, spec_y)
+    dt = distributed.trace_keras_distributed(strategy, model, optimizer, loss_fn, spec_x, spec_y)
     budgets = _activation_budgets(dt, (0.8, 0.85))
     # Replica 1 has a slow link (0.2 GB/s): swaps cannot hide there, so its plan
     # recomputes what replica 0 swaps.
     slow = distributed_device_model()
-    result = distributed.apply(
+    result = distributed.apply_distributed(
         dt,
         {r: b[0] for r, b in enumerate(budgets)},
         host="/device:CPU:2",
@@ -120,7 +120,7 @@ def mirrored() -> dict:
     rows = BATCH * dt.num_replicas
     initial = [v.numpy() for v in dt.traced.variables]
     base = _run(dt, dt.run_original, rows, initial)  # the traced strategy step itself
-    planned = distributed.PlannedStep(dt, result)
+    planned = distributed.DistributedStep(dt, result)
     for v, x in zip(dt.traced.variables, initial, strict=True):
         v.assign(x)
     report = verify(planned._step.run, result.inserted, *planned.arguments(*_batch(0, rows)))
@@ -131,12 +131,15 @@ def mirrored() -> dict:
     def batches(seed):
         return _batch(seed, rows)
 
-    m_base = distributed.measure(dt, None, batches, STEPS, num_cpus=3)
+    m_base = distributed.measure_distributed(dt, None, batches, STEPS, num_cpus=3)
     # TensorFlow's executor decides per Session, from op timings it measures, which
     # ready op runs inline: the order (and so the peak) varies between Sessions. The
     # budget claim is checked on the best of three Sessions (docs/accuracy.md, 7b).
     m_new = min(
-        (distributed.measure(dt, result.graph_def, batches, STEPS, num_cpus=3) for _ in range(3)),
+        (
+            distributed.measure_distributed(dt, result.graph_def, batches, STEPS, num_cpus=3)
+            for _ in range(3)
+        ),
         key=lambda m: max(m.peak_bytes.values()),
     )
     by_name = report.by_name()
@@ -151,7 +154,7 @@ def mirrored() -> dict:
                 "budget": rp.budget,
                 "activation_budget": budgets[rp.replica][1],
                 "activation_peak": budgets[rp.replica][2],
-                "predicted_peak": rp.plan.planned.peak_bytes,
+                "predicted_peak": rp.plan.planned["peak_bytes"],
                 "counts": rp.summary.counts if rp.summary else {},
                 "inserted": [
                     {
@@ -231,9 +234,9 @@ def worker() -> dict:
     task = strategy.cluster_resolver.task_id
     model, optimizer, loss_fn = _model(strategy)
     spec_x, spec_y = tf.TensorSpec([BATCH, SIZE, SIZE, 3]), tf.TensorSpec([BATCH, 1])
-    dt = distributed.trace_keras(strategy, model, optimizer, loss_fn, spec_x, spec_y)
+    dt = distributed.trace_keras_distributed(strategy, model, optimizer, loss_fn, spec_x, spec_y)
     budgets = _activation_budgets(dt, (0.8,) * dt.num_replicas)
-    result = distributed.apply(
+    result = distributed.apply_distributed(
         dt,
         {r: b[0] for r, b in enumerate(budgets)},
         host="/device:CPU:1",
@@ -247,7 +250,7 @@ def worker() -> dict:
     def shard(seed):  # each worker trains on its own data
         return _batch(1000 * task + seed, rows)
 
-    planned = distributed.PlannedStep(dt, result)
+    planned = distributed.DistributedStep(dt, result)
     out = {"task": task, "devices": dt.devices, "hosts": [r.host for r in result.replicas]}
     # Both workers run the same collectives in the same order: the traced strategy
     # step for 3 steps, then (from the same initial weights) the rewritten one.

@@ -92,7 +92,7 @@ def test_nested_calls_plan_from_the_graphdef_and_run_bit_identical():
         loss=traced.loss_source,
     )
     assert r.report["inserted"]["swap_out"] + r.report["inserted"]["clones"] > 0
-    assert r.plan.planned.peak_bytes <= budget
+    assert r.plan.planned["peak_bytes"] <= budget
     assert not _calls(r.graph_def) and len(r.graph_def.library.function) == 0
     assert gd.SerializeToString(deterministic=True) == before  # input untouched
     # rewrite() of the graph with its calls inlines it first: the plan's indices match.

@@ -58,8 +58,8 @@ def test_every_size_fits_and_the_next_does_not(found):
             assert hybridplan.analyze(synth(r.fails_at), device=DEV).peak_bytes > BUDGET
             continue
         p = hybridplan.plan(synth(r.size), BUDGET, strategy=r.strategy, device=DEV)
-        assert p.planned.peak_bytes <= BUDGET
-        assert p.planned.step_time_s == r.step_time_s
+        assert p.planned["peak_bytes"] <= BUDGET
+        assert p.planned["step_time_s"] == r.step_time_s
         assert r.throughput == pytest.approx(4 / r.step_time_s)
         with pytest.raises(BudgetError):
             hybridplan.plan(synth(r.fails_at), BUDGET, strategy=r.strategy, device=DEV)

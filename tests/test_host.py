@@ -51,7 +51,7 @@ def test_host_budget_makes_hybrid_fall_back_and_swap_fail(synth):
     swap = hybridplan.plan(g, budget, strategy="swap", host_budget=None, **kw)
     short = swap.host_peak_bytes // 2
     h = hybridplan.plan(g, budget, strategy="hybrid", host_budget=short, **kw)
-    assert h.host_peak_bytes <= short and h.planned.peak_bytes <= budget
+    assert h.host_peak_bytes <= short and h.planned["peak_bytes"] <= budget
     assert h.host_budget == short
     with pytest.raises(HostBudgetError) as e:
         hybridplan.plan(g, budget, strategy="swap", host_budget=short, **kw)

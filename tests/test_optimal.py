@@ -48,8 +48,8 @@ def test_optimum_is_what_the_simulator_predicts_and_no_heuristic_beats_it(fam, s
     solver = p.report["optimal"]
     assert solver["status"] == "optimal"
     # The formulation and the simulator agree (within 1%).
-    assert p.planned.step_time_s == pytest.approx(solver["objective_s"], rel=0.01)
-    assert p.planned.peak_bytes <= budget < p.original.peak_bytes
+    assert p.planned["step_time_s"] == pytest.approx(solver["objective_s"], rel=0.01)
+    assert p.planned["peak_bytes"] <= budget < p.original["peak_bytes"]
     assert not p.is_empty
     for s in HEURISTICS:
         try:
@@ -58,7 +58,7 @@ def test_optimum_is_what_the_simulator_predicts_and_no_heuristic_beats_it(fam, s
             )
         except BudgetError:
             continue
-        assert p.planned.step_time_s <= h.planned.step_time_s * (1 + 1e-6), s
+        assert p.planned["step_time_s"] <= h.planned["step_time_s"] * (1 + 1e-6), s
 
 
 def test_optimal_plan_round_trips_through_the_plan_format():
@@ -105,8 +105,8 @@ def test_the_optimum_fits_the_default_memory_model_too():
     p = hybridplan.plan(data, budget, strategy="optimal", device=DEVICE, loss=loss)
     assert p.report["optimal"]["separate_buffers"] is True
     assert (p.swaps, p.recomputes) == (exact.swaps, exact.recomputes)
-    assert p.planned.peak_bytes <= exact.planned.peak_bytes <= budget
-    assert p.original.peak_bytes < exact.original.peak_bytes
+    assert p.planned["peak_bytes"] <= exact.planned["peak_bytes"] <= budget
+    assert p.original["peak_bytes"] < exact.original["peak_bytes"]
 
 
 def test_a_budget_below_reach_is_a_budget_error():
@@ -120,7 +120,7 @@ def test_a_graph_that_fits_needs_no_plan():
     data, loss, peak = _graph("chain", 0, 0)
     p = hybridplan.plan(data, peak, strategy="optimal", device=DEVICE, loss=loss)
     assert p.is_empty and p.strategy == "none"
-    assert p.planned.step_time_s == p.original.step_time_s
+    assert p.planned["step_time_s"] == p.original["step_time_s"]
 
 
 def test_a_graph_too_big_is_refused_naming_the_limit():

@@ -115,7 +115,7 @@ def test_profile_measures_each_nodes_scratch_for_the_workspace_model(cnn):
     p = hybridplan.plan(
         traced, budget, device="cpu", workspace="none", workspace_profile=prof.workspace
     )
-    assert p.original.peak_bytes == a.peak_bytes
+    assert p.original["peak_bytes"] == a.peak_bytes
     with pytest.raises(InvalidArgumentError, match="not in the graph"):
         hybridplan.plan(traced, budget, device="cpu", workspace_profile={"no-such-node": 1})
     for bad in ({grads[0]: -1}, {grads[0]: 1.5}, [(grads[0], 1)]):

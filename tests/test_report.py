@@ -39,7 +39,7 @@ def test_measured_curve_has_its_own_time_axis_and_steps(swap_plan):
 
 
 def test_streams_legend_names_only_what_is_drawn(swap_plan):
-    assert swap_plan.planned.clones == 0 and swap_plan.planned.swaps > 0
+    assert swap_plan.planned["clones"] == 0 and swap_plan.planned["swaps"] > 0
     ax = report.streams_figure(swap_plan).axes[0]
     labels = [t.get_text() for t in ax.get_legend().get_texts()]
     assert "recompute clone" not in labels and "swap-out copy" in labels

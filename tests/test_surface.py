@@ -37,6 +37,44 @@ def test_testing_is_reachable_but_not_public():
     assert hybridplan.analyze(data).num_nodes > 1500
 
 
+def test_each_name_means_one_thing():
+    """A top-level name is not defined again with another signature elsewhere: the
+    distributed step's trace, apply, measure and planned step (other arguments, other
+    results) have names of their own."""
+    from hybridplan import distributed
+
+    assert not set(distributed.__all__) & set(hybridplan.__all__)
+    for name in ("trace", "trace_keras", "apply", "measure", "PlannedStep"):
+        assert not hasattr(distributed, name)
+    for name in ("trace", "trace_keras", "apply", "measure"):
+        assert callable(getattr(distributed, f"{name}_distributed"))
+    assert inspect.isclass(distributed.DistributedStep)
+
+
+def test_a_plans_figures_are_the_reports(synth_small):
+    """``Plan.original``/``planned`` are the plan schema's ``Figures`` as the report
+    holds them, not a copy in a class of their own."""
+    data, budget = synth_small
+    p = hybridplan.plan(data, budget, strategy="swap", device="a100-pcie4")
+    assert p.planned is p.report["planned"] and p.original is p.report["original"]
+    assert p.planned["peak_bytes"] <= budget < p.original["peak_bytes"]
+
+
+def test_a_graph_of_another_type_is_an_invalid_argument():
+    """The glue maps its own argument errors as it maps the core's: one place."""
+    with pytest.raises(hybridplan.InvalidArgumentError, match="GraphDef bytes or an analysis"):
+        hybridplan._core.plan("not a graph", 1 << 30)
+    with pytest.raises(hybridplan.InvalidArgumentError, match="unknown device preset"):
+        hybridplan._core.plan(hybridplan.testing.synthetic_graphdef(500), 1, device="abacus")
+
+
+@pytest.fixture(scope="module")
+def synth_small():
+    data = hybridplan.testing.synthetic_graphdef(2000, "mixed")
+    a = hybridplan.analyze(data)
+    return data, a.persistent_bytes + (a.peak_bytes - a.persistent_bytes) * 4 // 5
+
+
 def test_importing_hybridplan_loads_neither_testing_nor_tensorflow():
     code = (
         "import sys, hybridplan; "

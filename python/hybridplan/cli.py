@@ -445,12 +445,13 @@ def _plan_words(p: Any) -> str:
     o, n = p.original, p.planned
     if p.is_empty:
         return (
-            f"the step already fits: its peak {fmt_bytes(o.peak_bytes)} is within the budget "
+            f"the step already fits: its peak {fmt_bytes(o['peak_bytes'])} is within the budget "
             f"{fmt_bytes(p.budget)}, so nothing is swapped or recomputed"
         )
     return (
-        f"{p.strategy} plan: peak {fmt_bytes(o.peak_bytes)} -> {fmt_bytes(n.peak_bytes)} "
-        f"(budget {fmt_bytes(p.budget)}), {n.swaps} tensors swapped, {n.clones} ops recomputed"
+        f"{p.strategy} plan: peak {fmt_bytes(o['peak_bytes'])} -> {fmt_bytes(n['peak_bytes'])} "
+        f"(budget {fmt_bytes(p.budget)}), {n['swaps']} tensors swapped, "
+        f"{n['clones']} ops recomputed"
     )
 
 

@@ -106,7 +106,7 @@ def _stage_plan(out: Path, kw: dict) -> None:
     )
     if first is not None:
         o = first.original
-        _say(f"original step: peak {fmt_bytes(o.peak_bytes)} > budget {fmt_bytes(budget or 0)}")
+        _say(f"original step: peak {fmt_bytes(o['peak_bytes'])} > budget {fmt_bytes(budget or 0)}")
     _say(summary_table(plans, budget))
     main = "hybrid" if plans.get("hybrid") else next((k for k, v in plans.items() if v), "hybrid")
     files = write_report(plans, main, out)

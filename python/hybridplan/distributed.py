@@ -26,7 +26,7 @@ The core plans a whole GraphDef against one budget and one link, so this module:
    ``hybridplan/r<i>``.
 
 Collective instance keys are call-time captures of the traced function: fresh values
-on every call. The traced step takes them as extra arguments and :class:`PlannedStep`
+on every call. The traced step takes them as extra arguments and :class:`DistributedStep`
 feeds them from the same closures TensorFlow uses.
 
 Example::
@@ -34,9 +34,9 @@ Example::
     strategy = tf.distribute.MirroredStrategy(["/gpu:0", "/gpu:1"])
     with strategy.scope():
         model, optimizer = make_model(), keras.optimizers.SGD(0.1)
-    dt = distributed.trace_keras(strategy, model, optimizer, loss_fn, x_spec, y_spec)
-    r = distributed.apply(dt, "30GiB", device="a100-pcie4", target="gpu")
-    step = distributed.PlannedStep(dt, r)
+    dt = distributed.trace_keras_distributed(strategy, model, optimizer, loss_fn, x_spec, y_spec)
+    r = distributed.apply_distributed(dt, "30GiB", device="a100-pcie4", target="gpu")
+    step = distributed.DistributedStep(dt, r)
     loss = step(x_global, y_global)     # one step on every replica; weights updated
 """
 
@@ -54,15 +54,15 @@ from .errors import BudgetError, InvalidArgumentError, UnsupportedGraphError
 
 __all__ = [
     "DistributedResult",
+    "DistributedStep",
     "DistributedTraced",
-    "PlannedStep",
     "ReplicaPlan",
-    "apply",
-    "measure",
+    "apply_distributed",
+    "measure_distributed",
     "node_devices",
     "replica_subgraph",
-    "trace",
-    "trace_keras",
+    "trace_distributed",
+    "trace_keras_distributed",
 ]
 
 #: ``DT_RESOURCE``, from the core's dtype table.
@@ -107,14 +107,16 @@ class DistributedTraced:
 
     def run_original(self, *args: Any) -> list[Any]:
         """One step of the traced ``tf.function`` itself (no rewrite), each replica's
-        loss; ``args`` as for :class:`PlannedStep`. The reference a plan is judged by."""
+        loss; ``args`` as for :class:`DistributedStep`. The reference a plan is judged by."""
         keys = {name for name, _ in self.call_time}
         flat = flat_arguments(self, args)
         data = [a for name, a in zip(self.traced.inputs, flat, strict=True) if name not in keys]
         return list(self.traced.concrete_function(*data))
 
 
-def trace(strategy: Any, replica_fn: Callable[..., Any], *specs: Any) -> DistributedTraced:
+def trace_distributed(
+    strategy: Any, replica_fn: Callable[..., Any], *specs: Any
+) -> DistributedTraced:
     """Traces ``strategy.run(replica_fn, args)`` into one flat GraphDef.
 
     Args:
@@ -136,7 +138,9 @@ def trace(strategy: Any, replica_fn: Callable[..., Any], *specs: Any) -> Distrib
 
     Example::
 
-        dt = trace(strategy, replica_step, tf.TensorSpec([4, 32]), tf.TensorSpec([4, 1]))
+        dt = trace_distributed(
+            strategy, replica_step, tf.TensorSpec([4, 32]), tf.TensorSpec([4, 1])
+        )
     """
     from .tracing import trace as trace_flat
 
@@ -167,7 +171,7 @@ def trace(strategy: Any, replica_fn: Callable[..., Any], *specs: Any) -> Distrib
     return dt
 
 
-def trace_keras(
+def trace_keras_distributed(
     strategy: Any,
     model: Any,
     optimizer: Any,
@@ -190,7 +194,7 @@ def trace_keras(
         with strategy.scope():
             model = make_model(); opt = keras.optimizers.SGD(0.1)
             opt.build(model.trainable_variables)
-        dt = trace_keras(strategy, model, opt, keras.losses.MeanSquaredError(
+        dt = trace_keras_distributed(strategy, model, opt, keras.losses.MeanSquaredError(
             reduction="sum"), tf.TensorSpec([4, 32]), tf.TensorSpec([4, 1]))
     """
     import tensorflow as tf
@@ -209,7 +213,7 @@ def trace_keras(
         optimizer.apply_gradients(zip(grads, model.trainable_variables, strict=True))
         return loss
 
-    return trace(strategy, replica_step, x_spec, y_spec)
+    return trace_distributed(strategy, replica_step, x_spec, y_spec)
 
 
 def _per_example_loss(identifier: Any) -> Any:
@@ -426,7 +430,7 @@ class ReplicaPlan:
 
 @dataclass(frozen=True)
 class DistributedResult:
-    """What :func:`apply` returns: the rewritten GraphDef and every replica's plan."""
+    """What :func:`apply_distributed` returns: the rewritten GraphDef and every replica's plan."""
 
     graph_def: Any
     replicas: tuple[ReplicaPlan, ...]
@@ -490,7 +494,7 @@ def host_for(device: str, host: str) -> str:
     return h.make_merged_spec(d.replace(device_type=None, device_index=None)).to_string()
 
 
-def apply(
+def apply_distributed(
     dt: DistributedTraced,
     budget: Any,
     *,
@@ -506,7 +510,7 @@ def apply(
     writes all plans into one new GraphDef.
 
     Args:
-        dt: the traced step (:func:`trace`, :func:`trace_keras`).
+        dt: the traced step (:func:`trace_distributed`, :func:`trace_keras_distributed`).
         budget: bytes per device (persistent bytes included), as for
             :func:`hybridplan.plan`; or a mapping from replica index or device string
             to each device's budget.
@@ -538,7 +542,7 @@ def apply(
 
     Example::
 
-        r = apply(dt, {0: "12GiB", 1: "16GiB"}, device="a100-pcie4")
+        r = apply_distributed(dt, {0: "12GiB", 1: "16GiB"}, device="a100-pcie4")
     """
     from tensorflow.core.framework import graph_pb2
 
@@ -752,13 +756,13 @@ def _in_full_graph(
 # --------------------------------------------------------------------------- running
 
 
-class PlannedStep:
+class DistributedStep:
     """A (possibly rewritten) distributed step that trains the real variables.
 
     ``step(x, y)`` takes each argument as the global batch (split evenly along axis 0,
     replica 0 first, as ``strategy.experimental_distribute_dataset`` splits it), as a
     ``tf.distribute`` per-replica value, or as a list with one tensor per replica. It
-    returns the sum of the replicas' losses (for :func:`trace_keras`, the global
+    returns the sum of the replicas' losses (for :func:`trace_keras_distributed`, the global
     mean loss); :meth:`run` returns each replica's loss.
     """
 
@@ -811,7 +815,7 @@ def flat_arguments(dt: DistributedTraced, args: Sequence[Any]) -> list[Any]:
 # --------------------------------------------------------------------------- measuring
 
 
-def measure(
+def measure_distributed(
     dt: DistributedTraced,
     graph_def: Any = None,
     batches: Callable[[int], Sequence[Any]] | None = None,
@@ -829,7 +833,7 @@ def measure(
     Args:
         dt: the traced step.
         graph_def: what to run; ``dt.traced.graph_def`` when None.
-        batches: ``seed -> (x, y, ...)`` global batches (split as by :class:`PlannedStep`).
+        batches: ``seed -> (x, y, ...)`` global batches (split as by :class:`DistributedStep`).
         steps: traced steps (after ``warmup`` untraced ones).
         num_cpus: logical CPUs of the Session (replicas + host).
 
@@ -840,7 +844,7 @@ def measure(
     from . import measuring
 
     if batches is None:
-        raise InvalidArgumentError("measure needs batches: seed -> (x, y, ...)")
+        raise InvalidArgumentError("measure_distributed needs batches: seed -> (x, y, ...)")
     sess, feeds, fetches, variables = _session(dt, graph_def, num_cpus)
     losses: list[np.ndarray] = []
 

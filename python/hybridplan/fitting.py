@@ -251,7 +251,7 @@ class _Prober:
         # trace). Only the model uses it; whether a size fits is decided above.
         rest = {**self.rest(), "host_budget": None}
         try:
-            self.reach[(n, s)] = plan(data, 1, strategy=s, loss=loss, **rest).planned.peak_bytes
+            self.reach[(n, s)] = plan(data, 1, strategy=s, loss=loss, **rest).planned["peak_bytes"]
         except BudgetError as e:
             self.reach[(n, s)] = e.best_peak
         return found
@@ -493,10 +493,10 @@ def fit(
             FitRow(
                 s,
                 size,
-                fig.step_time_s,
-                samples / fig.step_time_s if fig.step_time_s > 0 else float("inf"),
-                fig.peak_bytes,
-                fig.host_peak_bytes,
+                fig["step_time_s"],
+                samples / fig["step_time_s"] if fig["step_time_s"] > 0 else float("inf"),
+                fig["peak_bytes"],
+                fig["host_peak_bytes"],
                 bad_at[s],
             )
         )

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
@@ -19,7 +18,7 @@ from .controlflow import body_memory
 from .errors import BudgetError, InvalidArgumentError
 
 if TYPE_CHECKING:
-    from ._core import PlanReport, RecomputeDecision, SwapDecision
+    from ._core import Figures, PlanReport, RecomputeDecision, SwapDecision
     from .analysis import Analysis
 
 __all__ = [
@@ -219,31 +218,6 @@ def _budget(budget: Any, dev: dict) -> int:
     return parse_bytes(budget)
 
 
-@dataclass(frozen=True)
-class Figures:
-    """Predicted figures of one step (bytes, seconds)."""
-
-    peak_bytes: int
-    step_time_s: float
-    compute_time_s: float
-    recompute_time_s: float
-    stall_time_s: float
-    bytes_d2h: int
-    bytes_h2d: int
-    swaps: int
-    swap_ins: int
-    clones: int
-    #: Most swapped bytes held in host memory at once.
-    host_peak_bytes: int = 0
-    #: Pinned host memory the step needs on a GPU (the host peak, each buffer
-    #: rounded up to 256 bytes as TensorFlow's pinned allocator does).
-    pinned_bytes: int = 0
-
-
-def _figures(d: Mapping[str, Any]) -> Figures:
-    return Figures(**{k: d[k] for k in Figures.__dataclass_fields__})
-
-
 class Plan:
     """A plan: every decision, and the predicted figures before and after.
 
@@ -251,7 +225,8 @@ class Plan:
     typed as ``PlanReport`` in ``hybridplan/_core.pyi``), JSON-serialisable: what
     :meth:`save` writes, what :func:`hybridplan.rewrite` takes as it is. ``swaps``
     and ``recomputes`` list the decisions with tensor names, bytes, trigger ops and
-    reasons; ``original`` and ``planned`` are :class:`Figures`.
+    reasons; ``original`` and ``planned`` are the report's figures as they are
+    (``Figures`` of the plan schema: a dict, ``plan.planned["peak_bytes"]``).
     """
 
     def __init__(
@@ -271,11 +246,13 @@ class Plan:
 
     @property
     def original(self) -> Figures:
-        return _figures(self.report["original"])
+        """Predicted figures of the original step (bytes, seconds)."""
+        return self.report["original"]
 
     @property
     def planned(self) -> Figures:
-        return _figures(self.report["planned"])
+        """Predicted figures of the planned step (bytes, seconds)."""
+        return self.report["planned"]
 
     @property
     def host_budget(self) -> int | None:
@@ -286,12 +263,12 @@ class Plan:
     @property
     def host_peak_bytes(self) -> int:
         """Most swapped bytes the planned step holds in host memory at once."""
-        return self.planned.host_peak_bytes
+        return self.planned["host_peak_bytes"]
 
     @property
     def pinned_bytes(self) -> int:
         """Pinned host memory the planned step needs on a GPU."""
-        return self.planned.pinned_bytes
+        return self.planned["pinned_bytes"]
 
     def host_timeline(self) -> tuple[np.ndarray, np.ndarray]:
         """(time in s, swapped bytes held in host memory) of the planned step."""
@@ -389,15 +366,15 @@ class Plan:
         asked = self.report["strategy_requested"]
         if self.is_empty:
             return (
-                f"Plan({asked!r}: the step already fits, peak {_size(o.peak_bytes)} within the "
+                f"Plan({asked!r}: the step already fits, peak {_size(o['peak_bytes'])} within the "
                 f"budget {_size(self.budget)}; nothing to swap or recompute)"
             )
         by = f" (by {self.strategy!r})" if self.strategy != asked else ""
         return (
-            f"Plan({asked!r}{by}: peak {_size(o.peak_bytes)} -> {_size(p.peak_bytes)} within "
-            f"the budget {_size(self.budget)}; predicted step {o.step_time_s * 1e3:.4g} -> "
-            f"{p.step_time_s * 1e3:.4g} ms; {p.swaps} tensors swapped, {p.clones} ops "
-            f"recomputed; host peak {_size(p.host_peak_bytes)})"
+            f"Plan({asked!r}{by}: peak {_size(o['peak_bytes'])} -> {_size(p['peak_bytes'])} within "
+            f"the budget {_size(self.budget)}; predicted step {o['step_time_s'] * 1e3:.4g} -> "
+            f"{p['step_time_s'] * 1e3:.4g} ms; {p['swaps']} tensors swapped, {p['clones']} ops "
+            f"recomputed; host peak {_size(p['host_peak_bytes'])})"
         )
 
 

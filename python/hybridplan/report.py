@@ -123,7 +123,7 @@ def memory_figure(plan: Plan, measured: tuple[np.ndarray, np.ndarray] | None = N
         # model's): its own axes, the same memory scale.
         fig, axes = plt.subplots(2, 1, figsize=(9, 7), sharey=True)
         ax = axes[0]
-    top = max(plan.budget, plan.original.peak_bytes)
+    top = max(plan.budget, plan.original["peak_bytes"])
     unit, scale = next(
         (u, s)
         for u, s in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10), ("B", 1))

@@ -178,7 +178,7 @@ def trial(
         plan=r.plan,
         inserted=r.report["inserted"],
         activation_budget=r.plan.budget - a.persistent_bytes,
-        predicted_peak=r.plan.planned.peak_bytes - a.persistent_bytes,
+        predicted_peak=r.plan.planned["peak_bytes"] - a.persistent_bytes,
         original=base,
         planned=new,
         same_losses=_equal(base.losses, new.losses),

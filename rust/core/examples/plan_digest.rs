@@ -24,10 +24,11 @@ use std::hash::{Hash, Hasher};
 use std::time::Instant;
 
 use hybridplan_core::analyze;
-use hybridplan_core::api::{plan_analysis, Figures, PlanReport};
+use hybridplan_core::api::plan_analysis;
 use hybridplan_core::build::BuildOptions;
 use hybridplan_core::device::preset;
 use hybridplan_core::plan::planner::{PlanOptions, Strategy};
+use hybridplan_core::schema::{Figures, PlanReport};
 use hybridplan_core::synth::{self, SynthKind, SynthSpec};
 
 const STRATEGIES: [Strategy; 6] = Strategy::ALL;

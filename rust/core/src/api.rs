@@ -19,10 +19,7 @@ use crate::plan::options::Ctx;
 use crate::plan::planner::{PlanOptions, Planned, Planner};
 use crate::plan::Plan;
 use crate::schema::{recompute_decisions, swap_decisions, PLAN_SCHEMA_VERSION};
-pub use crate::schema::{
-    Figures, NodeRef, PlanReport, ReadCount, RecomputeDecision, SwapDecision, SwapInDecision,
-    TensorRef,
-};
+use crate::schema::{Figures, PlanReport};
 use crate::simulate::{Detail, SimResult, Simulator};
 use crate::Analysis;
 
@@ -270,7 +267,7 @@ fn report(
 ///
 /// # Errors
 /// [`PlanError::Unsupported`].
-pub fn check_supported(g: &Graph) -> Result<()> {
+pub(crate) fn check_supported(g: &Graph) -> Result<()> {
     use crate::graph::{NodeFlags, Phase};
     for (v, n) in g.nodes.iter().enumerate() {
         if n.flags.has(NodeFlags::CALLS_FUNCTION)

@@ -270,7 +270,7 @@ pub fn op_costs(g: &Graph, dev: &DeviceModel) -> OpCosts {
 ///
 /// # Complexity
 /// O(N + E + D).
-pub fn flops(g: &Graph) -> Vec<f64> {
+pub(crate) fn flops(g: &Graph) -> Vec<f64> {
     let kinds: Vec<Kind> = g.ops.iter().map(|op| kind_of(op)).collect();
     (0..g.num_nodes() as u32)
         .map(|v| match node_kind(g, v, &kinds) {

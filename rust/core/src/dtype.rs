@@ -6,17 +6,15 @@
 pub struct DType(pub u8);
 
 impl DType {
-    pub const INVALID: DType = DType(0);
     pub const FLOAT: DType = DType(1);
     pub const DOUBLE: DType = DType(2);
     pub const INT32: DType = DType(3);
-    pub const STRING: DType = DType(7);
     pub const INT64: DType = DType(9);
     pub const BOOL: DType = DType(10);
     pub const BFLOAT16: DType = DType(14);
     pub const HALF: DType = DType(19);
     pub const RESOURCE: DType = DType(20);
-    pub const VARIANT: DType = DType(21);
+    pub(crate) const VARIANT: DType = DType(21);
 
     /// Every type this table knows, by code (1..=32): what the Python
     /// package reads instead of keeping its own codes.

@@ -19,7 +19,7 @@ use crate::opkind;
 use crate::Analysis;
 
 /// [`NodeFacts::aliased_input`] of an op whose output i aliases input i.
-pub const EACH_INPUT: i32 = -2;
+pub(crate) const EACH_INPUT: i32 = -2;
 
 /// Facts of every node, indexed by node id (the GraphDef position).
 #[derive(Debug, Clone, PartialEq, Default)]

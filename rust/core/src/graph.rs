@@ -63,7 +63,7 @@ impl NodeFlags {
     pub(crate) const UNTIMED: u8 = 32;
     /// Control flow whose body's memory the caller stated
     /// ([`crate::body::BodyMemory`]): planned as one op of the schedule.
-    pub const BODY_KNOWN: u8 = 64;
+    pub(crate) const BODY_KNOWN: u8 = 64;
 
     pub fn has(self, f: u8) -> bool {
         self.0 & f != 0
@@ -128,7 +128,7 @@ impl Name {
     }
 
     /// The name as a string slice.
-    pub fn as_str(&self) -> &str {
+    pub(crate) fn as_str(&self) -> &str {
         if self.end == WHOLE {
             return &self.buf;
         }
@@ -322,11 +322,10 @@ pub struct Graph {
     /// Control inputs of node n: `ctl_src[ctl_off[n]..ctl_off[n+1]]`.
     pub ctl_off: Vec<u32>,
     pub ctl_src: Vec<u32>,
-    /// Consumers of tensor t: `(cons_node, cons_slot)[cons_off[t]..cons_off[t+1]]`,
-    /// sorted by node id then slot.
+    /// Consumers of tensor t: `cons_node[cons_off[t]..cons_off[t+1]]`,
+    /// sorted by node id then input slot.
     pub cons_off: Vec<u32>,
     pub cons_node: Vec<u32>,
-    pub cons_slot: Vec<u32>,
     /// Control consumers of node n: `ctl_dst[ctl_dst_off[n]..]`.
     pub ctl_dst_off: Vec<u32>,
     pub ctl_dst: Vec<u32>,
@@ -394,10 +393,6 @@ impl Graph {
     pub(crate) fn data_consumers(&self, n: u32) -> &[u32] {
         let (lo, hi) = (self.out_off[n as usize], self.out_off[n as usize + 1]);
         &self.cons_node[self.cons_off[lo as usize] as usize..self.cons_off[hi as usize] as usize]
-    }
-
-    pub fn consumer_slots(&self, t: u32) -> &[u32] {
-        &self.cons_slot[self.cons_off[t as usize] as usize..self.cons_off[t as usize + 1] as usize]
     }
 
     pub fn shape(&self, t: u32) -> &[i64] {

@@ -17,7 +17,7 @@ use crate::dtype::DType;
 use crate::error::{PlanError, Result};
 use crate::wire::{Reader, LEN};
 
-pub use crate::build::Shape;
+pub(crate) use crate::build::Shape;
 
 /// The attribute values the planner reads.
 #[derive(Debug, Clone, PartialEq)]
@@ -50,12 +50,12 @@ pub struct RawNode<'a> {
 }
 
 impl<'a> RawNode<'a> {
-    pub fn attr(&self, key: &str) -> Option<&Attr<'a>> {
+    pub(crate) fn attr(&self, key: &str) -> Option<&Attr<'a>> {
         self.attrs.iter().find(|(k, _)| *k == key).map(|(_, v)| v)
     }
 
     /// A `type` attribute folded onto a [`DType`].
-    pub fn attr_type(&self, key: &str) -> Option<DType> {
+    pub(crate) fn attr_type(&self, key: &str) -> Option<DType> {
         match self.attr(key)? {
             Attr::Type(t) => DType::from_proto(*t),
             _ => None,
@@ -63,7 +63,7 @@ impl<'a> RawNode<'a> {
     }
 
     /// True if any attribute names a function (call or control-flow op).
-    pub fn calls_function(&self) -> bool {
+    pub(crate) fn calls_function(&self) -> bool {
         self.attrs
             .iter()
             .any(|(_, v)| matches!(v, Attr::Func(_) | Attr::Funcs(_)))

@@ -28,11 +28,7 @@ use crate::plan::Plan;
 use crate::simulate::SimResult;
 
 /// Allocation granularity of TensorFlow's BFC allocators (`kMinAllocationSize`).
-pub const PINNED_ROUND: u64 = 256;
-
-/// TensorFlow's default cap on pinned host memory (`TF_GPU_HOST_MEM_LIMIT_IN_MB`
-/// unset: 1 << 16 MiB).
-pub const PINNED_DEFAULT_LIMIT: u64 = 64 << 30;
+pub(crate) const PINNED_ROUND: u64 = 256;
 
 /// One swap's host buffer: `bytes` held from `from_s` to `to_s` (seconds).
 #[derive(Debug, Clone, Copy, PartialEq)]

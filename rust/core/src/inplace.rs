@@ -40,7 +40,7 @@
 
 use crate::graph::{Graph, NodeFlags};
 use crate::opkind::forwards;
-pub use crate::opkind::Forward;
+pub(crate) use crate::opkind::Forward;
 
 /// [`crate::opkind::forwards`] of every op type of `g`, by op id, packed in a byte (0: none;
 /// all none for a graph built with
@@ -75,7 +75,7 @@ pub(crate) fn pinned(g: &Graph, v: u32) -> bool {
 /// Can the output `out` of node `v` take over the buffer of its input in
 /// `slot` as far as the two tensors go (same dtype, same size, a buffer of
 /// bytes)? The buffer's holders are the caller's to check.
-pub fn fits(g: &Graph, v: u32, slot: usize, out: u32) -> bool {
+pub(crate) fn fits(g: &Graph, v: u32, slot: usize, out: u32) -> bool {
     let t = g.inputs(v)[slot];
     let (a, b) = (&g.tensors[t as usize], &g.tensors[out as usize]);
     a.dtype == b.dtype && a.value_bytes == b.value_bytes && b.bytes > 0

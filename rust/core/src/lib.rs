@@ -40,7 +40,7 @@ pub mod cost;
 pub mod device;
 pub(crate) mod direct;
 pub mod dtype;
-pub mod error;
+pub(crate) mod error;
 pub mod export;
 pub mod facts;
 pub(crate) mod flatdecode;
@@ -48,11 +48,11 @@ pub mod graph;
 #[cfg(any(test, feature = "testing"))]
 pub mod graphdef;
 pub mod host;
-pub mod inplace;
+pub(crate) mod inplace;
 pub mod liveness;
 pub(crate) mod nametable;
 pub mod opkind;
-pub mod phase;
+pub(crate) mod phase;
 pub mod plan;
 #[cfg(any(test, feature = "testing"))]
 pub mod reference;

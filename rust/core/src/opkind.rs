@@ -10,7 +10,7 @@
 //! any model: no decision anywhere depends on node names.
 
 /// Control-flow and function-call ops (TF2 functional and TF1 dataflow forms).
-pub fn is_control_flow(op: &str) -> bool {
+pub(crate) fn is_control_flow(op: &str) -> bool {
     matches!(
         op,
         "While"
@@ -44,14 +44,14 @@ pub fn is_control_flow(op: &str) -> bool {
 pub const FUNCTION_CALLS: [&str; 2] = ["PartitionedCall", "StatefulPartitionedCall"];
 
 /// Is `op` one of [`FUNCTION_CALLS`]?
-pub fn is_function_call(op: &str) -> bool {
+pub(crate) fn is_function_call(op: &str) -> bool {
     FUNCTION_CALLS.contains(&op)
 }
 
 /// Collective communication ops (all-reduce, all-gather, broadcast across
 /// replicas): never recomputed, and the distributed rewrite swaps none of
 /// their outputs.
-pub fn is_collective(op: &str) -> bool {
+pub(crate) fn is_collective(op: &str) -> bool {
     op.starts_with("Collective") || op.starts_with("Nccl")
 }
 
@@ -63,7 +63,7 @@ pub fn is_collective(op: &str) -> bool {
 /// functional loop (lowered to `Enter`/`Merge`/`Switch`/`NextIteration`/`Exit`
 /// frames, `lower_while_op.cc`; the outputs keep their names the same way),
 /// whose accumulators are stated as the `TensorList`s it returns.
-pub fn runs_as_one_op(op: &str) -> bool {
+pub(crate) fn runs_as_one_op(op: &str) -> bool {
     CONDITIONALS.contains(&op) || ONE_OP_LOOPS.contains(&op)
 }
 
@@ -146,7 +146,7 @@ pub const REPLACES_ONE_NODE: [&str; 6] =
 /// attributes name only its elements' dtype): the list these ops make or
 /// return. Its bytes are those it holds, stated by the caller for the lists
 /// a loop fills ([`crate::body`]); 0 otherwise.
-pub fn list_output(op: &str) -> Option<usize> {
+pub(crate) fn list_output(op: &str) -> Option<usize> {
     match op {
         "TensorListFromTensor"
         | "TensorListReserve"
@@ -165,7 +165,7 @@ pub fn list_output(op: &str) -> Option<usize> {
 /// Functional loops: planned as one op once their memory is stated (trip
 /// count and accumulators, [`crate::body`]); refused with their own advice
 /// when it could not be.
-pub fn is_loop(op: &str) -> bool {
+pub(crate) fn is_loop(op: &str) -> bool {
     matches!(op, "While" | "StatelessWhile" | "_While")
 }
 
@@ -174,7 +174,7 @@ pub fn is_loop(op: &str) -> bool {
 /// reads and writes, iterators) are excluded separately by the builder.
 /// Stateless random ops (`StatelessRandom*`) are deterministic given their
 /// seed input and may be recomputed.
-pub fn never_recompute(op: &str) -> bool {
+pub(crate) fn never_recompute(op: &str) -> bool {
     if op.starts_with("Stateless") {
         return false;
     }
@@ -243,24 +243,24 @@ pub fn takes_handle(op: &str) -> bool {
 
 /// The op that reads a resource variable's value (its output aliases the
 /// variable's buffer when its input is a handle, [`reads_variable`]).
-pub fn is_variable_read(op: &str) -> bool {
+pub(crate) fn is_variable_read(op: &str) -> bool {
     VARIABLE_READS.contains(&op)
 }
 
 /// Constants: their buffer is held by the kernel for the whole step.
-pub fn is_constant(op: &str) -> bool {
+pub(crate) fn is_constant(op: &str) -> bool {
     CONSTANTS.contains(&op)
 }
 
 /// True if the op's output aliases a variable's buffer (a read of a handle).
-pub fn reads_variable(op: &str, takes_handle: bool) -> bool {
+pub(crate) fn reads_variable(op: &str, takes_handle: bool) -> bool {
     takes_handle && is_variable_read(op)
 }
 
 /// For ops whose output shares an input's buffer: the input slot it
 /// aliases (`usize::MAX`: output i aliases input i). TensorFlow forwards the
 /// buffer for these ops instead of copying.
-pub fn aliased_input(op: &str) -> Option<usize> {
+pub(crate) fn aliased_input(op: &str) -> Option<usize> {
     match op {
         "Identity" | "StopGradient" | "PreventGradient" | "Snapshot" | "Reshape" | "Squeeze"
         | "ExpandDims" | "EnsureShape" | "CheckNumerics" | "CheckNumericsV2" | "Bitcast" => Some(0),
@@ -353,7 +353,7 @@ pub fn forwards(op: &str) -> Option<Forward> {
 /// type per data input, and the rewrite counts its outputs from `T`, so the
 /// build refuses it too (a plan that named an output `T` lacks would not
 /// apply).
-pub fn passes_each_input_through(op: &[u8]) -> bool {
+pub(crate) fn passes_each_input_through(op: &[u8]) -> bool {
     op == b"IdentityN"
 }
 
@@ -365,7 +365,7 @@ pub fn passes_each_input_through(op: &[u8]) -> bool {
 /// a U-Net's weights after one step). Such a reader must read the original,
 /// so the tensor is never swapped for it (a recompute clone is the same op
 /// and pairs as the original did).
-pub fn pairs_with_producer(reader: &str, producer: &str) -> bool {
+pub(crate) fn pairs_with_producer(reader: &str, producer: &str) -> bool {
     let pool = matches!(producer, "MaxPool" | "MaxPoolV2" | "MaxPool3D")
         && matches!(
             reader,
@@ -376,7 +376,7 @@ pub fn pairs_with_producer(reader: &str, producer: &str) -> bool {
 
 /// Convolutions and their gradients: the ops a GPU runs with cuDNN, which
 /// takes a workspace of its own (see `workspace.rs`).
-pub fn is_convolution(op: &str) -> bool {
+pub(crate) fn is_convolution(op: &str) -> bool {
     matches!(
         op,
         "Conv2D"
@@ -401,7 +401,7 @@ pub fn is_convolution(op: &str) -> bool {
 /// [`Im2col::filter`] and [`Im2col::out_backprop`] for the operands the
 /// size is computed from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Im2col {
+pub(crate) enum Im2col {
     /// `Conv2DCustomBackpropFilterOp` (conv_grad_filter_ops.cc).
     Conv2DFilter,
     /// `Conv2DCustomBackpropInputOp` (conv_grad_input_ops.h).
@@ -412,7 +412,7 @@ pub enum Im2col {
 
 /// Where a shape comes from: an input slot or output 0.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Operand {
+pub(crate) enum Operand {
     Input(usize),
     Output0,
 }
@@ -420,7 +420,7 @@ pub enum Operand {
 impl Im2col {
     /// The operand holding the filter's shape: output 0 of a filter
     /// gradient (the inputs give only `filter_sizes`), else input 1.
-    pub fn filter(self) -> Operand {
+    pub(crate) fn filter(self) -> Operand {
         match self {
             Im2col::Conv2DFilter => Operand::Output0,
             Im2col::Conv2DInput | Im2col::Conv3DInput => Operand::Input(1),
@@ -428,12 +428,12 @@ impl Im2col {
     }
 
     /// The input slot of `out_backprop`.
-    pub fn out_backprop(self) -> usize {
+    pub(crate) fn out_backprop(self) -> usize {
         2
     }
 
     /// The rank of the shapes (4: NHWC, 5: NDHWC).
-    pub fn rank(self) -> usize {
+    pub(crate) fn rank(self) -> usize {
         match self {
             Im2col::Conv3DInput => 5,
             _ => 4,
@@ -442,7 +442,7 @@ impl Im2col {
 }
 
 /// The im2col scratch an op type takes with TensorFlow's own CPU kernels.
-pub fn im2col(op: &str) -> Option<Im2col> {
+pub(crate) fn im2col(op: &str) -> Option<Im2col> {
     Some(match op {
         "Conv2DBackpropFilter" | "Conv2DBackpropFilterV2" => Im2col::Conv2DFilter,
         "Conv2DBackpropInput" | "Conv2DBackpropInputV2" => Im2col::Conv2DInput,
@@ -456,7 +456,7 @@ pub fn im2col(op: &str) -> Option<Im2col> {
 /// swish, GELU, layer norm, pad + convolution, transpose + convolution,
 /// backprop filter + bias gradient...), so a control edge on them blocks
 /// nothing.
-pub fn never_fused(op: &str) -> bool {
+pub(crate) fn never_fused(op: &str) -> bool {
     matches!(
         op,
         "MaxPool"
@@ -488,7 +488,7 @@ pub fn never_fused(op: &str) -> bool {
 
 /// Checkpoint ops: the expensive, parameterised ops that head a recompute
 /// unit (see `partition.rs`).
-pub fn is_checkpoint(op: &str) -> bool {
+pub(crate) fn is_checkpoint(op: &str) -> bool {
     matches!(
         op,
         "Conv2D"
@@ -514,7 +514,7 @@ pub fn is_checkpoint(op: &str) -> bool {
 /// `AddV2` and `AddN` into one `AddN`; neither takes in a node that drives
 /// a control edge, nor (`AddOpsRewrite`) starts from one. Each regrouping
 /// sums or multiplies in another order, so it rounds differently.
-pub fn regrouped_with(reader: &str, producer: &str) -> bool {
+pub(crate) fn regrouped_with(reader: &str, producer: &str) -> bool {
     let add = |op: &str| matches!(op, "Add" | "AddV2" | "AddN");
     (reader == producer && matches!(reader, "Mul" | "Add" | "AddV2"))
         || (add(reader) && add(producer))
@@ -522,7 +522,7 @@ pub fn regrouped_with(reader: &str, producer: &str) -> bool {
 
 /// Is `op` a root `AddOpsRewrite` leaves alone when it drives a control edge
 /// (see [`regrouped_with`])?
-pub fn add_group_root(op: &str) -> bool {
+pub(crate) fn add_group_root(op: &str) -> bool {
     matches!(op, "Add" | "AddV2" | "AddN")
 }
 
@@ -539,7 +539,7 @@ pub fn add_group_root(op: &str) -> bool {
 /// `softmax` (over the last axis of input 0), `pool` and `pool_grad` (the
 /// window is not kept in the graph: the replayer uses the stride the shapes
 /// give).
-pub fn kernel_class(op: &str) -> Option<&'static str> {
+pub(crate) fn kernel_class(op: &str) -> Option<&'static str> {
     Some(match op {
         "Conv2D" | "Conv3D" | "_FusedConv2D" => "conv",
         "Conv2DBackpropInput" | "Conv3DBackpropInputV2" => "conv_backprop_input",

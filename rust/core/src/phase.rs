@@ -40,7 +40,7 @@ const MAX_LOSS_CANDIDATES: usize = 64;
 /// # Errors
 /// [`PlanError::InvalidArgument`] if a given loss names nothing in the graph;
 /// [`PlanError::InvalidGraph`] if no loss can be inferred.
-pub fn classify(
+pub(crate) fn classify(
     g: &mut Graph,
     loss: Option<&str>,
     lookup: impl Fn(&Graph, &str) -> Option<u32>,
@@ -92,13 +92,9 @@ fn resolve_loss(
     Ok(outs.start + k)
 }
 
-/// The inferred loss tensor, or `None` when no candidate exists.
-pub fn infer_loss(g: &Graph) -> Option<u32> {
-    infer(&Walk::new(g)).map(|(t, _)| t)
-}
-
-/// [`infer_loss`], with the ancestors of the loss's producer where they
-/// were computed to choose among candidates.
+/// The inferred loss tensor (`None` when no candidate exists), with the
+/// ancestors of the loss's producer where they were computed to choose
+/// among candidates.
 fn infer(w: &Walk<'_>) -> Option<(u32, Option<Vec<bool>>)> {
     let g = w.g;
     let is_sink = |v: u32| w.successor_count(v) == 0;
@@ -142,11 +138,6 @@ fn infer(w: &Walk<'_>) -> Option<(u32, Option<Vec<bool>>)> {
         }
     }
     best.map(|(_, t, a)| (t, Some(a)))
-}
-
-/// Marks `v` and all its ancestors. O(N + E), iterative.
-pub fn ancestors(g: &Graph, v: u32) -> Vec<bool> {
-    Walk::new(g).ancestors(v)
 }
 
 /// The graph with compact copies of what its traversals read at random:

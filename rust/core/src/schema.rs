@@ -284,7 +284,7 @@ impl PlanReport {
     ///
     /// # Complexity
     /// O(plan size).
-    pub fn plan(&self, g: &Graph) -> Result<Plan> {
+    pub(crate) fn plan(&self, g: &Graph) -> Result<Plan> {
         use crate::plan::{Recompute, Swap, SwapIn};
         let node = |v: u32| -> Result<u32> {
             match (v as usize) < g.num_nodes() {

@@ -136,8 +136,9 @@ impl WorkspaceRule {
         })
     }
 
-    /// The rule as [`WorkspaceRule::parse`] reads it.
-    pub fn name(&self) -> String {
+    /// The rule as [`WorkspaceRule::parse`] reads it (for the round-trip test).
+    #[cfg(test)]
+    fn name(&self) -> String {
         match self {
             WorkspaceRule::None => "none".into(),
             WorkspaceRule::CpuEigen { threads, l3_bytes } => {
@@ -166,7 +167,7 @@ impl WorkspaceRule {
 
 impl WorkspaceRule {
     /// oneDNN runs every op: no scratch anywhere.
-    pub const ONEDNN: WorkspaceRule = WorkspaceRule::CpuOnednn {
+    pub(crate) const ONEDNN: WorkspaceRule = WorkspaceRule::CpuOnednn {
         threads: 1,
         l3_bytes: DEFAULT_L3,
         own_bf16: false,
@@ -175,7 +176,7 @@ impl WorkspaceRule {
 }
 
 /// Scratch bytes of node `v` under `rule` (see the module table).
-pub fn op_workspace(g: &Graph, v: u32, rule: WorkspaceRule) -> u64 {
+pub(crate) fn op_workspace(g: &Graph, v: u32, rule: WorkspaceRule) -> u64 {
     let op = g.op_name(v);
     match rule {
         WorkspaceRule::None => 0,
@@ -229,20 +230,22 @@ fn operand(g: &Graph, v: u32, o: Operand) -> Option<u32> {
     }
 }
 
+/// The output, filter and `out_backprop` of convolution gradient `v` (the
+/// operands [`Im2col`] names); none when `v` has fewer than three inputs.
+fn conv_grad_operands(g: &Graph, v: u32, which: Im2col) -> Option<(u32, u32, u32)> {
+    let out = g.outputs(v).next()?;
+    if g.inputs(v).len() < 3 {
+        return None;
+    }
+    let f = operand(g, v, which.filter())?;
+    let dy = operand(g, v, Operand::Input(which.out_backprop()))?;
+    Some((out, f, dy))
+}
+
 /// The im2col buffer of `Conv2DCustom{BackpropFilter,BackpropInput}Op`,
 /// the shapes taken from the operands [`Im2col`] names.
 fn eigen_conv_grad(g: &Graph, v: u32, which: Im2col, threads: u32) -> u64 {
-    let ins = g.inputs(v);
-    let Some(out) = g.outputs(v).next() else {
-        return 0;
-    };
-    if ins.len() < 3 {
-        return 0;
-    }
-    let (Some(f), Some(dy)) = (
-        operand(g, v, which.filter()),
-        operand(g, v, Operand::Input(which.out_backprop())),
-    ) else {
+    let Some((out, f, dy)) = conv_grad_operands(g, v, which) else {
         return 0;
     };
     let (filter, dy) = (g.shape(f), g.shape(dy));
@@ -272,7 +275,7 @@ fn eigen_conv_grad(g: &Graph, v: u32, which: Im2col, threads: u32) -> u64 {
 }
 
 /// The L3 size assumed when a `cpu-eigen` rule does not give one, bytes.
-pub const DEFAULT_L3: u64 = 32 << 20;
+pub(crate) const DEFAULT_L3: u64 = 32 << 20;
 
 /// The im2col buffer of `Conv3DCustomBackpropInputOp` (conv_grad_ops_3d.cc):
 /// `shard · out_dhw · fts · T`, `shard` 1 for a batch of 1, else the L3
@@ -281,17 +284,7 @@ pub const DEFAULT_L3: u64 = 32 << 20;
 /// filter and `out_backprop` together (the kernel then falls back on
 /// Eigen's own, measured without scratch).
 fn eigen_conv3d_input(g: &Graph, v: u32, which: Im2col, l3: u64) -> u64 {
-    let ins = g.inputs(v);
-    let Some(out) = g.outputs(v).next() else {
-        return 0;
-    };
-    if ins.len() < 3 {
-        return 0;
-    }
-    let (Some(f), Some(dy)) = (
-        operand(g, v, which.filter()),
-        operand(g, v, Operand::Input(which.out_backprop())),
-    ) else {
+    let Some((out, f, dy)) = conv_grad_operands(g, v, which) else {
         return 0;
     };
     let (x, f, dy) = (g.shape(out), g.shape(f), g.shape(dy));
@@ -334,7 +327,7 @@ fn eigen_conv3d_input(g: &Graph, v: u32, which: Im2col, l3: u64) -> u64 {
 ///
 /// # Complexity
 /// O(N + E + overrides).
-pub fn table(g: &Graph, rule: WorkspaceRule, overrides: &[(u32, u64)]) -> Vec<u64> {
+pub(crate) fn table(g: &Graph, rule: WorkspaceRule, overrides: &[(u32, u64)]) -> Vec<u64> {
     if rule == WorkspaceRule::None && overrides.iter().all(|&(_, b)| b == 0) {
         return Vec::new();
     }

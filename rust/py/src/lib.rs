@@ -185,44 +185,90 @@ impl CoreAnalysis {
 /// scratch_bytes, [(output, branch, dtype, dims, count)])` (`core::body`).
 type Body = (String, u64, Vec<(u32, u32, i64, Vec<i64>, u64)>);
 
-/// The build options of every entry point: `workspace` names the kernels'
-/// scratch rule (`core::workspace::WorkspaceRule::parse`; none when absent).
-fn build_options(
+/// The build options every function that reads a graph takes, as Python
+/// passes them; `workspace` names the kernels' scratch rule
+/// (`core::workspace::WorkspaceRule::parse`; none when absent).
+struct BuildArgs {
     loss: Option<String>,
     persistent_bytes: Option<u64>,
     separate_buffers: bool,
-    workspace: Option<&str>,
+    workspace: Option<String>,
     workspace_profile: Option<Vec<(String, u64)>>,
     bodies: Option<Vec<Body>>,
-) -> core::Result<BuildOptions> {
-    Ok(BuildOptions {
-        loss,
-        persistent_bytes,
-        separate_buffers,
-        workspace: match workspace {
-            Some(w) => WorkspaceRule::parse(w)?,
-            None => WorkspaceRule::None,
-        },
-        workspace_profile: workspace_profile.unwrap_or_default(),
-        bodies: bodies
-            .unwrap_or_default()
-            .into_iter()
-            .map(|(node, scratch_bytes, held)| core::body::BodyMemory {
-                node,
-                scratch_bytes,
-                held: held
-                    .into_iter()
-                    .map(|(output, branch, dtype, dims, count)| core::body::Held {
-                        output,
-                        branch,
-                        dtype,
-                        dims,
-                        count,
-                    })
-                    .collect(),
-            })
-            .collect(),
-    })
+}
+
+impl BuildArgs {
+    /// Whether any option differs from its default.
+    fn given(&self) -> bool {
+        self.loss.is_some()
+            || self.persistent_bytes.is_some()
+            || self.separate_buffers
+            || self.workspace.is_some()
+            || self.workspace_profile.is_some()
+            || self.bodies.is_some()
+    }
+
+    /// The core's build options.
+    ///
+    /// # Errors
+    /// [`core::PlanError::InvalidArgument`] for an unknown workspace rule.
+    fn options(self) -> core::Result<BuildOptions> {
+        Ok(BuildOptions {
+            loss: self.loss,
+            persistent_bytes: self.persistent_bytes,
+            separate_buffers: self.separate_buffers,
+            workspace: match self.workspace.as_deref() {
+                Some(w) => WorkspaceRule::parse(w)?,
+                None => WorkspaceRule::None,
+            },
+            workspace_profile: self.workspace_profile.unwrap_or_default(),
+            bodies: self
+                .bodies
+                .unwrap_or_default()
+                .into_iter()
+                .map(|(node, scratch_bytes, held)| core::body::BodyMemory {
+                    node,
+                    scratch_bytes,
+                    held: held
+                        .into_iter()
+                        .map(|(output, branch, dtype, dims, count)| core::body::Held {
+                            output,
+                            branch,
+                            dtype,
+                            dims,
+                            count,
+                        })
+                        .collect(),
+                })
+                .collect(),
+        })
+    }
+}
+
+/// The device and op times every function that simulates takes: a preset
+/// name or a device model's JSON, and measured op times (`(node, seconds)`).
+struct ModelArgs {
+    device: String,
+    device_json: Option<String>,
+    profile: Vec<(u32, f64)>,
+}
+
+impl ModelArgs {
+    fn new(device: &str, device_json: Option<String>, profile: Option<Vec<(u32, f64)>>) -> Self {
+        ModelArgs {
+            device: device.to_string(),
+            device_json,
+            profile: profile.unwrap_or_default(),
+        }
+    }
+
+    /// The device model: `device_json` when given, else the preset `device`.
+    fn device(&self) -> core::Result<core::device::DeviceModel> {
+        match &self.device_json {
+            Some(j) => core::device::from_json(j),
+            None => core::device::preset(&self.device),
+        }
+    }
 }
 
 /// Decodes a serialized GraphDef and analyses it.
@@ -239,93 +285,90 @@ fn analyze(
     workspace_profile: Option<Vec<(String, u64)>>,
     bodies: Option<Vec<Body>>,
 ) -> PyResult<CoreAnalysis> {
-    let opts = build_options(
+    let build = BuildArgs {
         loss,
         persistent_bytes,
         separate_buffers,
-        workspace.as_deref(),
+        workspace: workspace.clone(),
         workspace_profile,
         bodies,
-    )
-    .map_err(|e| errors::to_py(py, e))?;
-    let inner = run(py, move || core::analyze(data, &opts))?;
+    };
+    let inner = run(py, move || core::analyze(data, &build.options()?))?;
     Ok(CoreAnalysis { inner, workspace })
 }
 
 /// The graph of a planning function: serialized GraphDef bytes, decoded and
 /// analysed with the build options, or an analysis (`analyze`), which
-/// already holds them.
+/// already holds them; with the device and op times to plan it for. Made
+/// with the GIL; checked and analysed in [`run`], where its errors are
+/// mapped with the rest.
 struct Source<'a> {
-    analysis: Option<&'a CoreAnalysis>,
-    bytes: Option<&'a [u8]>,
-    build: BuildOptions,
-    workspace: Option<String>,
+    graph: Given<'a>,
+    build: BuildArgs,
+    model: ModelArgs,
+}
+
+enum Given<'a> {
+    Analysis(&'a CoreAnalysis),
+    Bytes(&'a [u8]),
+    /// Neither: the Python type's name, for the error.
+    Other(String),
 }
 
 impl<'a> Source<'a> {
-    #[allow(clippy::too_many_arguments)]
-    fn new(
-        data: &'a Bound<'_, PyAny>,
-        loss: Option<String>,
-        persistent_bytes: Option<u64>,
-        separate_buffers: bool,
-        workspace: Option<String>,
-        workspace_profile: Option<Vec<(String, u64)>>,
-        bodies: Option<Vec<Body>>,
-    ) -> PyResult<Self> {
-        let py = data.py();
-        if let Ok(a) = data.cast::<CoreAnalysis>() {
-            let given = loss.is_some()
-                || persistent_bytes.is_some()
-                || separate_buffers
-                || workspace.is_some()
-                || workspace_profile.is_some()
-                || bodies.is_some();
-            if given {
-                return Err(errors::to_py(py, core::PlanError::InvalidArgument(
-                    "the graph is an analysis, which holds its build options: give loss, persistent_bytes, separate_buffers, workspace, workspace_profile and bodies to analyze() instead".into(),
-                )));
-            }
-            let a: &'a CoreAnalysis = a.get();
-            return Ok(Source {
-                analysis: Some(a),
-                bytes: None,
-                build: BuildOptions::default(),
-                workspace: a.workspace.clone(),
-            });
-        }
-        let Ok(b) = data.cast::<pyo3::types::PyBytes>() else {
-            return Err(errors::to_py(
-                py,
-                core::PlanError::InvalidArgument(format!(
-                "the graph must be serialized GraphDef bytes or an analysis from analyze(), got {}",
-                data.get_type().name().map(|n| n.to_string()).unwrap_or_default()
-            )),
-            ));
+    fn new(data: &'a Bound<'_, PyAny>, build: BuildArgs, model: ModelArgs) -> Self {
+        let graph = if let Ok(a) = data.cast::<CoreAnalysis>() {
+            Given::Analysis(a.get())
+        } else if let Ok(b) = data.cast::<pyo3::types::PyBytes>() {
+            Given::Bytes(b.as_bytes())
+        } else {
+            Given::Other(
+                data.get_type()
+                    .name()
+                    .map(|n| n.to_string())
+                    .unwrap_or_default(),
+            )
         };
-        let build = build_options(
-            loss,
-            persistent_bytes,
-            separate_buffers,
-            workspace.as_deref(),
-            workspace_profile,
-            bodies,
-        )
-        .map_err(|e| errors::to_py(py, e))?;
-        Ok(Source {
-            analysis: None,
-            bytes: Some(b.as_bytes()),
+        Source {
+            graph,
             build,
-            workspace,
-        })
+            model,
+        }
     }
 
-    /// Runs `f` on the analysis (made here from the bytes, or given).
-    fn with<T>(&self, f: impl FnOnce(&core::Analysis) -> core::Result<T>) -> core::Result<T> {
-        match (self.analysis, self.bytes) {
-            (Some(a), _) => f(&a.inner),
-            (None, Some(b)) => f(&core::analyze(b, &self.build)?),
-            (None, None) => unreachable!("a source holds bytes or an analysis"),
+    /// The scratch rule the graph is analysed with (the report names it).
+    fn workspace(&self) -> Option<String> {
+        match &self.graph {
+            Given::Analysis(a) => a.workspace.clone(),
+            _ => self.build.workspace.clone(),
+        }
+    }
+
+    /// Runs `f` on the analysis (made here from the bytes, or given), the
+    /// device model and the op times.
+    ///
+    /// # Errors
+    /// [`core::PlanError::InvalidArgument`] for a graph of another type,
+    /// build options given with an analysis or an unknown device; any error
+    /// of `analyze` and `f`.
+    fn with<T>(
+        self,
+        f: impl FnOnce(&core::Analysis, &core::device::DeviceModel, &[(u32, f64)]) -> core::Result<T>,
+    ) -> core::Result<T> {
+        match self.graph {
+            Given::Analysis(_) if self.build.given() => Err(core::PlanError::InvalidArgument(
+                "the graph is an analysis, which holds its build options: give loss, persistent_bytes, separate_buffers, workspace, workspace_profile and bodies to analyze() instead".into(),
+            )),
+            Given::Analysis(a) => f(&a.inner, &self.model.device()?, &self.model.profile),
+            Given::Bytes(b) => {
+                // The device before the decode: a wrong name fails at once.
+                let dev = self.model.device()?;
+                let a = core::analyze(b, &self.build.options()?)?;
+                f(&a, &dev, &self.model.profile)
+            }
+            Given::Other(t) => Err(core::PlanError::InvalidArgument(format!(
+                "the graph must be serialized GraphDef bytes or an analysis from analyze(), got {t}"
+            ))),
         }
     }
 }
@@ -447,20 +490,18 @@ fn plan(
     host_budget: Option<u64>,
     bodies: Option<Vec<Body>>,
 ) -> PyResult<CorePlan> {
-    let src = Source::new(
-        data,
+    let build = BuildArgs {
         loss,
         persistent_bytes,
         separate_buffers,
         workspace,
         workspace_profile,
         bodies,
-    )?;
+    };
+    let src = Source::new(data, build, ModelArgs::new(device, device_json, profile));
+    let workspace = src.workspace();
     let strategy = strategy.to_string();
-    let device = device.to_string();
-    let profile = profile.unwrap_or_default();
     run(py, move || {
-        let dev = device_of(&device, device_json.as_deref())?;
         let tflms = tflms.map(|(threshold, ahead, groupby)| TflmsParams {
             threshold,
             ahead,
@@ -485,8 +526,8 @@ fn plan(
             host_budget: host_budget.unwrap_or(u64::MAX),
             ..PlanOptions::default()
         };
-        let o = src.with(|a| core::api::plan_analysis(a, &dev, &opts, &profile))?;
-        CorePlan::of(o.report, src.workspace.clone(), &o.original, &o.planned)
+        let o = src.with(|a, dev, profile| core::api::plan_analysis(a, dev, &opts, profile))?;
+        CorePlan::of(o.report, workspace, &o.original, &o.planned)
     })
 }
 
@@ -508,7 +549,7 @@ fn device_preset(py: Python<'_>, name: &str) -> PyResult<String> {
     let name = name.to_string();
     run(py, move || {
         let d = core::device::preset(&name)?;
-        serde_json::to_string(&d).map_err(|e| core::PlanError::InvalidArgument(e.to_string()))
+        serde_json::to_string(&d).map_err(json_error)
     })
 }
 
@@ -540,13 +581,6 @@ fn synthetic_graphdef<'py>(
     Ok(pyo3::types::PyBytes::new(py, &bytes))
 }
 
-fn device_of(device: &str, device_json: Option<&str>) -> core::Result<core::device::DeviceModel> {
-    match device_json {
-        Some(j) => core::device::from_json(j),
-        None => core::device::preset(device),
-    }
-}
-
 fn json_error(e: serde_json::Error) -> core::PlanError {
     core::PlanError::InvalidArgument(format!("cannot serialise to JSON: {e}"))
 }
@@ -569,20 +603,17 @@ fn export_problem(
     workspace_profile: Option<Vec<(String, u64)>>,
     bodies: Option<Vec<Body>>,
 ) -> PyResult<String> {
-    let src = Source::new(
-        data,
+    let build = BuildArgs {
         loss,
         persistent_bytes,
         separate_buffers,
         workspace,
         workspace_profile,
         bodies,
-    )?;
-    let device = device.to_string();
-    let profile = profile.unwrap_or_default();
+    };
+    let src = Source::new(data, build, ModelArgs::new(device, device_json, profile));
     run(py, move || {
-        let dev = device_of(&device, device_json.as_deref())?;
-        let p = src.with(|a| core::export::problem(a, &dev, min_bytes, &profile))?;
+        let p = src.with(|a, dev, profile| core::export::problem(a, dev, min_bytes, profile))?;
         serde_json::to_string(&p).map_err(json_error)
     })
 }
@@ -608,24 +639,23 @@ fn simulate_plan(
     workspace_profile: Option<Vec<(String, u64)>>,
     bodies: Option<Vec<Body>>,
 ) -> PyResult<CorePlan> {
-    let src = Source::new(
-        data,
+    let build = BuildArgs {
         loss,
         persistent_bytes,
         separate_buffers,
         workspace,
         workspace_profile,
         bodies,
-    )?;
-    let (device, strategy) = (device.to_string(), strategy.to_string());
-    let plan_json = plan_json.to_string();
-    let profile = profile.unwrap_or_default();
+    };
+    let src = Source::new(data, build, ModelArgs::new(device, device_json, profile));
+    let workspace = src.workspace();
+    let (plan_json, strategy) = (plan_json.to_string(), strategy.to_string());
     run(py, move || {
-        let dev = device_of(&device, device_json.as_deref())?;
         let plan = core::export::plan_from_json(&plan_json)?;
-        let e =
-            src.with(|a| core::export::evaluate(a, &dev, &plan, &profile, budget, &strategy))?;
-        CorePlan::of(e.report, src.workspace.clone(), &e.original, &e.planned)
+        let e = src.with(|a, dev, profile| {
+            core::export::evaluate(a, dev, &plan, profile, budget, &strategy)
+        })?;
+        CorePlan::of(e.report, workspace, &e.original, &e.planned)
     })
 }
 
@@ -648,21 +678,20 @@ fn replay(
     workspace_profile: Option<Vec<(String, u64)>>,
     bodies: Option<Vec<Body>>,
 ) -> PyResult<String> {
-    let src = Source::new(
-        data,
+    let build = BuildArgs {
         loss,
         persistent_bytes,
         separate_buffers,
         workspace,
         workspace_profile,
         bodies,
-    )?;
-    let device = device.to_string();
+    };
+    let src = Source::new(data, build, ModelArgs::new(device, device_json, profile));
     let report_json = report_json.to_string();
-    let profile = profile.unwrap_or_default();
     run(py, move || {
-        let dev = device_of(&device, device_json.as_deref())?;
-        src.with(|a| core::replay::replay_analysis_json(a, &dev, &report_json, &profile))
+        src.with(|a, dev, profile| {
+            core::replay::replay_analysis_json(a, dev, &report_json, profile)
+        })
     })
 }
 

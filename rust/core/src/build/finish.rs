@@ -82,24 +82,18 @@ fn check_total_bytes(g: &Graph) -> Result<()> {
 /// counting sort: counts, running sums (the end of each run), then a fill
 /// from the back that leaves every run's start in its offset. O(N + T + E).
 fn add_consumers(g: &mut Graph) {
-    let (off, node, slot) = invert(g.tensors.len(), &g.in_off, &g.in_tensor, true);
+    let (off, node) = invert(g.tensors.len(), &g.in_off, &g.in_tensor);
     g.cons_off = off;
     g.cons_node = node;
-    g.cons_slot = slot;
-    let (off, node, _) = invert(g.nodes.len(), &g.ctl_off, &g.ctl_src, false);
+    let (off, node) = invert(g.nodes.len(), &g.ctl_off, &g.ctl_src);
     g.ctl_dst_off = off;
     g.ctl_dst = node;
 }
 
 /// Inverts the CSR lists `targets[offsets[n]..offsets[n + 1]]` of every
 /// node n over `len` targets: for every target, the nodes that list it (in
-/// node order, then slot order) and, if `slots`, the slot of each.
-fn invert(
-    len: usize,
-    offsets: &[u32],
-    targets: &[u32],
-    slots: bool,
-) -> (Vec<u32>, Vec<u32>, Vec<u32>) {
+/// node order, then slot order).
+fn invert(len: usize, offsets: &[u32], targets: &[u32]) -> (Vec<u32>, Vec<u32>) {
     let mut off = big_vec_of(len + 1, 0u32);
     for &t in targets {
         off[t as usize] += 1;
@@ -111,11 +105,6 @@ fn invert(
     }
     off[len] = sum;
     let mut node = big_vec_of(targets.len(), 0u32);
-    let mut slot = if slots {
-        big_vec_of(targets.len(), 0u32)
-    } else {
-        Vec::new()
-    };
     for n in (0..offsets.len().saturating_sub(1)).rev() {
         let (lo, hi) = (offsets[n] as usize, offsets[n + 1] as usize);
         for k in (lo..hi).rev() {
@@ -123,12 +112,9 @@ fn invert(
             off[t] -= 1;
             let at = off[t] as usize;
             node[at] = n as u32;
-            if slots {
-                slot[at] = (k - lo) as u32;
-            }
         }
     }
-    (off, node, slot)
+    (off, node)
 }
 
 /// Variable, write, no-recompute flags and buffer aliases, from op kinds and

@@ -45,9 +45,6 @@ impl SwapCandidate {
     pub fn first_late(&self) -> u32 {
         self.late[0].0
     }
-    pub fn last_late(&self) -> u32 {
-        self.late[self.late.len() - 1].0
-    }
 }
 
 /// Finds the swap candidates.

@@ -105,7 +105,7 @@ pub fn choose(ctx: &Ctx<'_>, pool: &Pool<'_>, target: u64, lambda: f64) -> Chose
 /// The options of a pool ranked for the greedy: built once, reused by
 /// every greedy run on the pool or on its swaps or recomputes alone
 /// (`choose_indexed`).
-pub struct Index {
+pub(crate) struct Index {
     score: Vec<f64>,
     stab: Stab,
     /// Swap options of the indexed pool (its ids `0..ns`; recomputes after).
@@ -117,7 +117,7 @@ impl Index {
     ///
     /// # Complexity
     /// As [`Stab::new`] for the options' intervals.
-    pub fn new(ctx: &Ctx<'_>, pool: &Pool<'_>, lambda: f64) -> Self {
+    pub(crate) fn new(ctx: &Ctx<'_>, pool: &Pool<'_>, lambda: f64) -> Self {
         let (intervals, score) = index(ctx, pool, lambda);
         let stab = Stab::new(ctx.s.order.len(), &intervals, &score);
         let ns = pool.swaps.len();

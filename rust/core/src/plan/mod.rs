@@ -91,7 +91,7 @@ impl Plan {
 pub mod candidates;
 pub(crate) mod cuts;
 pub(crate) mod d2h;
-pub mod feed;
+pub(crate) mod feed;
 mod fit;
 pub mod greedy;
 pub(crate) mod links;

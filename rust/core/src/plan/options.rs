@@ -40,10 +40,10 @@ pub struct LinkCost {
 }
 
 impl LinkCost {
-    pub fn d2h(&self, bytes: u64) -> f64 {
+    pub(crate) fn d2h(&self, bytes: u64) -> f64 {
         self.latency_s + bytes as f64 / self.d2h_bytes_per_s
     }
-    pub fn h2d(&self, bytes: u64) -> f64 {
+    pub(crate) fn h2d(&self, bytes: u64) -> f64 {
         self.latency_s + bytes as f64 / self.h2d_bytes_per_s
     }
 }
@@ -110,7 +110,7 @@ pub struct SwapOpt {
 
 impl SwapOpt {
     /// Position of the first swap-in's trigger.
-    pub fn trigger(&self) -> u32 {
+    pub(crate) fn trigger(&self) -> u32 {
         self.ins[0].trigger
     }
 }
@@ -235,7 +235,7 @@ pub struct RecomputeOpt {
 }
 
 /// Working arrays of [`recompute_options`], made once for every call.
-pub struct Work {
+pub(crate) struct Work {
     /// Per node: is it in the unit being placed (all `false` between calls).
     in_unit: Vec<bool>,
     /// Scratch list of node or tensor ids.
@@ -246,7 +246,7 @@ pub struct Work {
 
 impl Work {
     /// Working arrays for a graph of `num_nodes` nodes. O(N).
-    pub fn new(num_nodes: usize) -> Self {
+    pub(crate) fn new(num_nodes: usize) -> Self {
         Work {
             in_unit: vec![false; num_nodes],
             buf: Vec::new(),
@@ -255,7 +255,7 @@ impl Work {
     }
 
     /// The options placed since the last call.
-    pub fn take(&mut self) -> Vec<RecomputeOpt> {
+    pub(crate) fn take(&mut self) -> Vec<RecomputeOpt> {
         std::mem::take(&mut self.out)
     }
 }
@@ -268,7 +268,7 @@ const TRIGGERS_PER_UNIT: usize = 3;
 
 /// Which candidates a recompute option may free.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct SpanRule {
+pub(crate) struct SpanRule {
     /// The buffer never freed: the checkpoint a span of cut segments hands
     /// on to the next (`NONE`: none).
     pub kept: u32,
@@ -283,7 +283,7 @@ pub struct SpanRule {
 
 impl SpanRule {
     /// A unit or a segment of units: every candidate.
-    pub const ANY: SpanRule = SpanRule {
+    pub(crate) const ANY: SpanRule = SpanRule {
         kept: crate::graph::NONE,
         backward_only: false,
     };
@@ -299,7 +299,7 @@ impl SpanRule {
 /// cut segments ([`SpanRule`]). The greedy takes at most one of the
 /// options (they free the same tensors). The options are appended to
 /// `work.out` (no list per call; take them with [`Work::take`]).
-pub fn recompute_options(
+pub(crate) fn recompute_options(
     ctx: &Ctx<'_>,
     unit: usize,
     nodes: &[u32],

@@ -33,7 +33,7 @@ pub struct Selection {
 }
 
 impl Selection {
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.include_scopes.is_empty()
             && self.exclude_scopes.is_empty()
             && self.include_types.is_empty()
@@ -46,7 +46,7 @@ impl Selection {
     /// # Errors
     /// [`PlanError::InvalidArgument`] for an empty entry, an entry that
     /// matches no node, or an entry both included and excluded.
-    pub fn mask(&self, g: &Graph) -> Result<Option<Vec<bool>>> {
+    pub(crate) fn mask(&self, g: &Graph) -> Result<Option<Vec<bool>>> {
         if self.is_empty() {
             return Ok(None);
         }

@@ -80,7 +80,7 @@ pub enum SynthKind {
 
 impl SynthKind {
     /// Every kind, in the order benchmarks list them.
-    pub const ALL: [SynthKind; 5] = [
+    pub(crate) const ALL: [SynthKind; 5] = [
         SynthKind::Residual,
         SynthKind::Transformer,
         SynthKind::Mixed,
@@ -106,8 +106,8 @@ impl SynthKind {
 }
 
 /// Layers and nodes per layer of a [`SynthKind::Dag`] block.
-pub const DAG_LAYERS: usize = 4;
-pub const DAG_WIDTH: usize = 3;
+pub(crate) const DAG_LAYERS: usize = 4;
+pub(crate) const DAG_WIDTH: usize = 3;
 
 /// What to generate. Sizes below 1 are read as 1; a dtype that is not
 /// `float32`, `float64`, `float16` or `bfloat16` is read as `float32`.
@@ -149,9 +149,9 @@ pub fn graphdef(spec: &SynthSpec) -> Vec<u8> {
 }
 
 /// Largest `nodes` [`checked_graphdef`] accepts: about 2 GB of GraphDef.
-pub const MAX_NODES: usize = 10_000_000;
+pub(crate) const MAX_NODES: usize = 10_000_000;
 /// Largest batch, size or channels [`checked_graphdef`] accepts.
-pub const MAX_DIM: i64 = 1 << 20;
+pub(crate) const MAX_DIM: i64 = 1 << 20;
 
 impl std::str::FromStr for SynthKind {
     type Err = crate::PlanError;
