@@ -98,13 +98,16 @@ def test_nested_calls_plan_from_the_graphdef_and_run_bit_identical():
     # rewrite() of the graph with its calls inlines it first: the plan's indices match.
     again = hybridplan.rewrite(gd, r.plan, target="cpu-emulation")
     assert again == r.graph_def
-    # What was planned lies inside the function bodies: nodes the inlining made.
+    # The plan reaches inside the function bodies: it touches nodes the inlining made.
+    # (It may also touch outer nodes, e.g. the optimizer's: which ones depends on the
+    # node order, and Keras numbers its optimizers per process, so the test does not
+    # pin them.)
     names = [n.name for n in r.graph_def.node]
     touched = [names[s["node"]] for s in r.plan.swaps] + [
         names[v] for rc in r.plan.recomputes for v in rc["nodes"]
     ]
     outer = {n.name for n in gd.node}
-    assert touched and not outer & set(touched), touched
+    assert set(touched) - outer, touched
 
     base, new = side_by_side(traced, r.graph_def, _batch, steps=3)
     assert same_bits(base, new), (base.losses, new.losses)
