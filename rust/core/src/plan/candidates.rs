@@ -17,6 +17,12 @@
 //! or the constant holds its buffer for the whole step, so a copy frees
 //! nothing (measured: see docs/accuracy.md). Handle-typed tensors (a
 //! `variant` that holds tensors, [`crate::body`]) are never candidates.
+//! Nor is the output of a link of a `Mul` chain or an add tree whose one
+//! data reader continues the chain (`opkind::regrouped_with`): Grappler's
+//! arithmetic optimizer regroups the two in the original (the product in
+//! another order, which rounds otherwise), and a swap-in between them,
+//! not of the chain's op, would end the chain there
+//! (tests/test_default_grappler.py).
 //!
 //! # Complexity
 //! O(T + E log E): each tensor's readers are sorted once.
@@ -76,7 +82,13 @@ pub fn swap_candidates(
             &dedup(readers.of(t)),
             min_gap,
         ) {
-            let producer = g.op_name(g.tensors[c.tensor as usize].node);
+            let p = g.tensors[c.tensor as usize].node;
+            let producer = g.op_name(p);
+            if let [r] = g.data_consumers(p) {
+                if opkind::regrouped_with(g.op_name(*r), producer) {
+                    continue; // a link of a chain Grappler regroups
+                }
+            }
             if c.late
                 .iter()
                 .any(|&(_, r)| opkind::pairs_with_producer(g.op_name(r), producer))
@@ -208,4 +220,74 @@ pub(crate) fn start_times(s: &Schedule, op_time: &[f64]) -> Vec<f64> {
 /// The first position whose start time is at or after `t` (N if none).
 pub(crate) fn position_at(start: &[f64], t: f64) -> u32 {
     start.partition_point(|&x| x < t).min(start.len() - 1) as u32
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::build::{build, BuildOptions, NodeSpec, OutSpec, Shape};
+    use crate::dtype::DType;
+
+    /// `m1 = s * x` read only by `m2 = m1 * c7` after a long gap: Grappler
+    /// regroups the chain, so `m1` is no candidate; `a`, read across the
+    /// same gap by a `Neg`, is.
+    #[test]
+    fn a_link_of_a_mul_chain_is_no_candidate() {
+        let spec = |name: String, op: &'static str, inputs: &[&str]| {
+            (
+                name,
+                op,
+                inputs.iter().map(|s| s.to_string()).collect::<Vec<_>>(),
+            )
+        };
+        let mut specs = vec![
+            spec("x".into(), "Placeholder", &[]),
+            spec("s".into(), "Placeholder", &[]),
+            spec("m1".into(), "Mul", &["s", "x"]),
+            spec("a".into(), "Neg", &["x"]),
+            spec("c0".into(), "Neg", &["x", "^m1"]),
+        ];
+        for i in 1..8 {
+            specs.push(spec(format!("c{i}"), "Neg", &[&format!("c{}", i - 1)]));
+        }
+        specs.push(spec("m2".into(), "Mul", &["m1", "c7"]));
+        specs.push(spec("r".into(), "Neg", &["a"]));
+        specs.push(spec("out".into(), "AddN", &["m2", "r"]));
+        let nodes: Vec<NodeSpec<'_>> = specs
+            .iter()
+            .map(|(name, op, inputs)| NodeSpec {
+                name,
+                op,
+                device: "",
+                inputs: inputs.iter().map(String::as_str).collect(),
+                outputs: vec![OutSpec {
+                    dtype: Some(DType::FLOAT),
+                    shape: Shape(Some(vec![64])),
+                }],
+                calls_function: false,
+            })
+            .collect();
+        let options = BuildOptions {
+            persistent_bytes: Some(0),
+            ..Default::default()
+        };
+        let a = crate::analyze_graph(build(&nodes, &options).unwrap()).unwrap();
+        let (g, s) = (&a.graph, &a.schedule);
+        let pos = |n: &str| {
+            let v = (0..g.num_nodes() as u32)
+                .find(|&v| g.node_name(v) == n)
+                .unwrap();
+            s.pos[v as usize]
+        };
+        assert!(
+            pos("m1") < pos("c0") && pos("c7") < pos("m2"),
+            "the order the test assumes"
+        );
+        let swapped: Vec<String> = swap_candidates(g, s, &a.liveness, 2, 1)
+            .iter()
+            .map(|c| g.tensor_name(c.tensor).to_string())
+            .collect();
+        assert!(swapped.contains(&"a:0".to_string()), "{swapped:?}");
+        assert!(!swapped.contains(&"m1:0".to_string()), "{swapped:?}");
+    }
 }

@@ -15,7 +15,17 @@
 //! is sources only (no recomputable op with an activation input on the way)
 //! and that feed no checkpoint op, such as the labels' cast and reshape or
 //! the loss's shape arithmetic, made at the start and read only by the loss;
-//! they would otherwise cross every boundary. This is structural: no op or
+//! they would otherwise cross every boundary. Chen's own cuts
+//! ([`Made::Activations`]) skip every buffer made from sources only, the
+//! ones feeding a checkpoint op too: such a buffer carries no activation
+//! on (the forward computation does not pass through it), and the schedule
+//! may place its producer anywhere before its reader, since its inputs are
+//! ready from the start: a dropout mask drawn at the start of the forward
+//! pass and read by the classifier's dropout, or the rescaled input read by
+//! the stem's normalisation, would otherwise cross every boundary between
+//! and leave a graph with a handful of cuts (EfficientNetB0: 3 segments for
+//! its 16 blocks). A span recomputed across such a buffer reads it from
+//! outside the span, as it reads a variable. This is structural: no op or
 //! node names are consulted beyond `opkind::is_checkpoint`. A cut is kept
 //! when the forward ops since the previous kept cut include a checkpoint op
 //! (`opkind::is_checkpoint`), so a segment is at least one convolution or
@@ -40,6 +50,17 @@ use crate::liveness::Liveness;
 use crate::opkind;
 use crate::schedule::Schedule;
 
+/// Which buffers made from sources only (no recomputable op with an
+/// activation input in their forward ancestry) cross no boundary.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Made {
+    /// Plumbing only: those that feed no checkpoint op (the cuts of every
+    /// strategy's span options).
+    Plumbing,
+    /// Every one of them: only activations cross (Chen's checkpoints).
+    Activations,
+}
+
 /// Segments between kept cuts, and the tensor crossing each kept cut.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub(crate) struct Cuts {
@@ -48,7 +69,14 @@ pub(crate) struct Cuts {
 }
 
 /// Finds the forward pass's cuts and segments.
-pub(crate) fn cut_segments(g: &Graph, s: &Schedule, l: &Liveness, min_bytes: u64) -> Cuts {
+/// `skip` says which buffers made from sources only cross no boundary.
+pub(crate) fn cut_segments(
+    g: &Graph,
+    s: &Schedule,
+    l: &Liveness,
+    min_bytes: u64,
+    skip: Made,
+) -> Cuts {
     let fwd: Vec<u32> = s
         .order
         .iter()
@@ -60,7 +88,7 @@ pub(crate) fn cut_segments(g: &Graph, s: &Schedule, l: &Liveness, min_bytes: u64
     for (i, &v) in fwd.iter().enumerate() {
         fpos[v as usize] = i as u32;
     }
-    let plumbing = plumbing(g, s, &fwd);
+    let plumbing = plumbing(g, s, &fwd, skip);
     // Last forward reader of every buffer, over the owner and its aliases.
     let mut last = vec![NONE; g.num_tensors()];
     for t in 0..g.num_tensors() {
@@ -123,10 +151,10 @@ pub(crate) fn cut_segments(g: &Graph, s: &Schedule, l: &Liveness, min_bytes: u64
 }
 
 /// Per node: is it plumbing (every input, transitively, made from sources
-/// by non-checkpoint ops, and no forward path from it reaches a checkpoint
-/// op)? Sources themselves count as source-only; a node without inputs
-/// that is not a source does not.
-fn plumbing(g: &Graph, s: &Schedule, fwd: &[u32]) -> Vec<bool> {
+/// by non-checkpoint ops, and, under [`Made::Plumbing`], no forward path
+/// from it reaches a checkpoint op)? Sources themselves count as
+/// source-only; a node without inputs that is not a source does not.
+fn plumbing(g: &Graph, s: &Schedule, fwd: &[u32], skip: Made) -> Vec<bool> {
     let n = g.num_nodes();
     let is_checkpoint = checkpoint_ops(g);
     let is_checkpoint = |v: u32| is_checkpoint[g.nodes[v as usize].op as usize];
@@ -142,6 +170,9 @@ fn plumbing(g: &Graph, s: &Schedule, fwd: &[u32]) -> Vec<bool> {
                     .all(|&t| src_only[g.tensors[t as usize].node as usize]));
     }
     let mut feeds = vec![false; n];
+    if skip == Made::Activations {
+        return src_only;
+    }
     for &v in fwd.iter().rev() {
         feeds[v as usize] = is_checkpoint(v)
             || g.outputs(v).any(|t| {
@@ -190,7 +221,7 @@ mod tests {
                 ..SynthSpec::default()
             };
             let a = crate::analyze(&graphdef(&spec), &Default::default()).unwrap();
-            let c = cut_segments(&a.graph, &a.schedule, &a.liveness, 1024);
+            let c = cut_segments(&a.graph, &a.schedule, &a.liveness, 1024, Made::Plumbing);
             // At least one cut per block (the shortcut and the branch meet
             // at the block's end), none inside a residual branch.
             assert!(
@@ -232,7 +263,7 @@ mod tests {
         };
         let a = crate::analyze(&graphdef(&spec), &Default::default()).unwrap();
         let (g, l) = (&a.graph, &a.liveness);
-        let c = cut_segments(g, &a.schedule, l, 1024);
+        let c = cut_segments(g, &a.schedule, l, 1024, Made::Plumbing);
         let fwd_pos =
             |v: u32| (g.phase[v as usize] == Phase::Forward).then(|| a.schedule.pos[v as usize]);
         let mut aliases_read_forward = 0;
@@ -275,6 +306,77 @@ mod tests {
             "a cut between the context's Reshape and the output projection"
         );
         assert!(c.segments.len() >= 3);
+    }
+
+    /// A mask made from sources only (a dropout mask of a seed), scheduled
+    /// after the first of four matrix products and read before the last,
+    /// feeds a matrix product: it crosses every boundary up to its reader,
+    /// so every strategy's cuts (`Made::Plumbing`) have none after the
+    /// second and third products, Chen's (`Made::Activations`) one after
+    /// each product.
+    #[test]
+    fn a_mask_made_from_sources_crosses_no_boundary_of_chen() {
+        use crate::build::{build, BuildOptions, NodeSpec, OutSpec, Shape};
+        use crate::dtype::DType;
+        let spec = |name: &'static str, op: &'static str, inputs: &[&'static str]| NodeSpec {
+            name,
+            op,
+            device: "",
+            inputs: inputs.to_vec(),
+            outputs: vec![OutSpec {
+                dtype: Some(DType::FLOAT),
+                shape: Shape(Some(vec![4, 4])),
+            }],
+            calls_function: false,
+        };
+        let g = build(
+            &[
+                spec("x", "Placeholder", &[]),
+                spec("w", "Placeholder", &[]),
+                spec("seed", "Placeholder", &[]),
+                spec("mask", "Neg", &["seed"]),
+                spec("h1", "MatMul", &["x", "w"]),
+                spec("r1", "Relu", &["h1"]),
+                spec("h2", "MatMul", &["r1", "w"]),
+                spec("r2", "Relu", &["h2"]),
+                spec("h3", "MatMul", &["r2", "w"]),
+                spec("r3", "Relu", &["h3"]),
+                spec("d", "Mul", &["r3", "mask"]),
+                spec("h4", "MatMul", &["d", "w"]),
+                spec("loss", "Sum", &["h4"]),
+            ],
+            &BuildOptions {
+                loss: Some("loss:0".into()),
+                persistent_bytes: Some(0),
+                ..Default::default()
+            },
+        )
+        .unwrap();
+        let a = crate::analyze_graph(g).unwrap();
+        let (g, s) = (&a.graph, &a.schedule);
+        let pos = |n: &str| {
+            s.pos[(0..g.num_nodes())
+                .find(|&v| g.node_name(v as u32) == n)
+                .unwrap()]
+        };
+        assert!(
+            pos("h1") < pos("mask") && pos("mask") < pos("r1"),
+            "the order the test assumes"
+        );
+        let names = |c: &Cuts| -> Vec<String> {
+            let kept = &c.boundary[..c.boundary.len() - 1];
+            kept.iter().map(|&t| g.tensor_name(t).to_string()).collect()
+        };
+        let every = cut_segments(g, s, &a.liveness, 1, Made::Plumbing);
+        assert_eq!(names(&every), ["h1:0", "d:0", "h4:0"]);
+        let chen = cut_segments(g, s, &a.liveness, 1, Made::Activations);
+        assert_eq!(names(&chen), ["h1:0", "h2:0", "h3:0", "h4:0"]);
+        let n = |c: &Cuts| c.segments.iter().map(Vec::len).sum::<usize>();
+        assert_eq!(
+            n(&every),
+            n(&chen),
+            "every recomputable forward op in one segment"
+        );
     }
 
     #[test]

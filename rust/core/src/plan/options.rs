@@ -24,7 +24,7 @@
 //! + its inputs) per recompute option.
 
 use super::candidates::{position_at, SwapCandidate};
-use super::trigger::{safe_trigger, safe_trigger_sorted};
+use super::trigger::{regrouped, safe_trigger, safe_trigger_sorted};
 use crate::graph::{Graph, NodeFlags, Phase};
 use crate::liveness::Liveness;
 use crate::schedule::Schedule;
@@ -340,6 +340,9 @@ pub(crate) fn recompute_options(
         };
         let consumers = buf.to_vec();
         let clones = clone_set(ctx, nodes, &set, work);
+        if clones.iter().any(|&v| triggered_link(g, v)) {
+            continue;
+        }
         let placed = Placed {
             unit,
             clones,
@@ -391,6 +394,21 @@ fn triggers<'c>(cands: &[&'c SwapCandidate]) -> Vec<(u32, Vec<&'c SwapCandidate>
         .into_iter()
         .map(|(_, t)| (t, cands.iter().copied().filter(|d| idle(d, t)).collect()))
         .collect()
+}
+
+/// Whether the clone of `v` would take the trigger's control edge itself
+/// while Grappler's arithmetic optimizer regroups `v` with its reader: the
+/// rewriter gates every input of a clone but constants and variable reads
+/// (python/hybridplan/rewriting.py), so a clone reading only those waits
+/// for the trigger by a control input of its own, and a `Mul` chain's link
+/// driven by a control edge is left out of the chain (the product then
+/// rounds otherwise: tests/test_default_grappler.py). O(in-degree of `v`).
+fn triggered_link(g: &Graph, v: u32) -> bool {
+    let ungated = |t: &u32| {
+        let op = g.op_name(g.tensors[*t as usize].node);
+        crate::opkind::is_constant(op) || crate::opkind::is_variable_read(op)
+    };
+    g.inputs(v).iter().all(ungated) && regrouped(g, v)
 }
 
 /// Replaces each entry's bytes by the sum of the bytes up to it.
@@ -571,4 +589,61 @@ fn finish_grown(
         transient,
         extended,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::build::{build, BuildOptions, NodeSpec, OutSpec, Shape};
+    use crate::dtype::DType;
+
+    /// `m1 = s * F` of two variable reads, read only by `m2 = m1 * x`: its
+    /// clone would take the trigger's edge itself and leave the chain. `k`
+    /// reads the fed `x` (gated), `n` heads no chain: neither is such a link.
+    #[test]
+    fn a_clone_of_variable_reads_in_a_mul_chain_is_a_triggered_link() {
+        let spec = |name: &'static str, op: &'static str, inputs: &[&'static str]| NodeSpec {
+            name,
+            op,
+            device: "",
+            inputs: inputs.to_vec(),
+            outputs: vec![OutSpec {
+                dtype: Some(if op == "VarHandleOp" {
+                    DType::RESOURCE
+                } else {
+                    DType::FLOAT
+                }),
+                shape: Shape(Some(vec![4])),
+            }],
+            calls_function: false,
+        };
+        let g = build(
+            &[
+                spec("x", "Placeholder", &[]),
+                spec("hs", "VarHandleOp", &[]),
+                spec("hF", "VarHandleOp", &[]),
+                spec("s", "ReadVariableOp", &["hs"]),
+                spec("F", "ReadVariableOp", &["hF"]),
+                spec("m1", "Mul", &["s", "F"]),
+                spec("m2", "Mul", &["m1", "x"]),
+                spec("k", "Mul", &["x", "F"]),
+                spec("k2", "Mul", &["k", "s"]),
+                spec("n", "Mul", &["s", "F"]),
+                spec("out", "AddN", &["m2", "k2", "n"]),
+            ],
+            &BuildOptions {
+                persistent_bytes: Some(0),
+                ..Default::default()
+            },
+        )
+        .unwrap();
+        let node = |n: &str| {
+            (0..g.num_nodes() as u32)
+                .find(|&v| g.node_name(v) == n)
+                .unwrap()
+        };
+        assert!(triggered_link(&g, node("m1")));
+        assert!(!triggered_link(&g, node("k")));
+        assert!(!triggered_link(&g, node("n")));
+    }
 }

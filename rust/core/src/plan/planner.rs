@@ -41,7 +41,7 @@
 use std::str::FromStr;
 
 use super::candidates::{swap_candidates, SwapCandidate};
-use super::cuts::{cut_segments, Cuts};
+use super::cuts::{cut_segments, Cuts, Made};
 use super::fit::Recs;
 use super::greedy::{Chosen, Index};
 use super::options::{swap_option, Ctx, RecomputeOpt, SwapOpt};
@@ -215,6 +215,9 @@ pub struct Planner<'a> {
     /// Per node: may it be touched (`None`: all may).
     pub(super) selected: Option<Vec<bool>>,
     pub(super) cuts: Cuts,
+    /// Chen's cuts, where only activations cross (`cuts.rs`, built on
+    /// first use).
+    pub(super) chen_cuts: std::cell::OnceCell<Cuts>,
     /// The greedy's index of every option, for `hybrid` (built on first use).
     pub(super) shared_index: std::cell::Cell<Option<Index>>,
     /// Whether a greedy round of the current budget loop found a recompute
@@ -258,7 +261,7 @@ impl<'a> Planner<'a> {
                 swaps.push(o);
             }
         }
-        let cuts = cut_segments(ctx.g, ctx.s, ctx.l, opts.min_bytes);
+        let cuts = cut_segments(ctx.g, ctx.s, ctx.l, opts.min_bytes, Made::Plumbing);
         let mut recs = recompute_options(ctx, &cands, &cuts);
         let base_recs = recs.len();
         // Only `hybrid` plans with the rebuilt tensors, and only on graphs
@@ -289,6 +292,7 @@ impl<'a> Planner<'a> {
             best_host: u64::MAX.into(),
             selected,
             cuts,
+            chen_cuts: std::cell::OnceCell::new(),
             shared_index: std::cell::Cell::new(None),
             chose_recompute: false.into(),
             swap_only: std::cell::Cell::new(None),

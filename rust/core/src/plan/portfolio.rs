@@ -40,7 +40,6 @@
 //! The sum of the strategies run (see their files); plans reached twice are
 //! judged once. The bounds: O(R) once.
 
-use super::cuts::sqrt_spans;
 use super::fit::Recs;
 use super::planner::{keep_faster, Planned, Planner};
 use super::spans::BLOCK_WIDTHS;
@@ -79,8 +78,7 @@ impl Planner<'_> {
         // the best so far is not simulated (`spans_plan`).
         let beat =
             |b: &Option<Planned>| b.as_ref().map_or(f64::INFINITY, |p| p.verdict.step_time_s);
-        let sqrt = sqrt_spans(self.cuts.segments.len());
-        let chen = self.spans_plan(&sqrt, "chen", beat(&best));
+        let chen = self.chen_within(beat(&best));
         keep_faster(&mut best, chen);
         for width in BLOCK_WIDTHS {
             let blocks = self.blocks(width, beat(&best));

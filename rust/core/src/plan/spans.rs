@@ -4,8 +4,10 @@
 //!
 //! # The rule
 //! The forward pass's cut segments (`cuts.rs`) are grouped into spans:
-//! about sqrt(M) segments per span for Chen, 1 or 2 (`BLOCK_WIDTHS`) for
-//! the blocks. Each span is recomputed from the tensor crossing the cut
+//! about sqrt(M) segments per span for Chen, over the cuts only
+//! activations cross (`Made::Activations`: a dropout mask or a rescaled
+//! input, made from sources only, crosses none), 1 or 2 (`BLOCK_WIDTHS`)
+//! for the blocks, over every strategy's cuts. Each span is recomputed from the tensor crossing the cut
 //! before it, at its option freeing the most memory over time
 //! (`freed_area`; ties: the earliest trigger); the tensors at the spans'
 //! cuts are kept. The options free only what the backward pass reads, as
@@ -20,9 +22,9 @@
 //!
 //! # Complexity
 //! O(T + N) to build a plan (the spans partition the forward ops), one
-//! simulation.
+//! simulation; O(N + T + E) once for Chen's cuts.
 
-use super::cuts::sqrt_spans;
+use super::cuts::{cut_segments, sqrt_spans, Cuts, Made};
 use super::greedy::Chosen;
 use super::options::{Ctx, RecomputeOpt, Work};
 use super::planner::{Planned, Planner};
@@ -59,24 +61,39 @@ impl Planner<'_> {
     /// the tensors at the groups' cuts are kept. Judged against the budget,
     /// never tuned to it.
     pub(super) fn chen(&self) -> Option<Planned> {
-        self.spans_plan(&sqrt_spans(self.cuts.segments.len()), "chen", f64::INFINITY)
+        self.chen_within(f64::INFINITY)
+    }
+
+    /// Chen's plan, `None` when it does not fit or cannot be faster than
+    /// `beat` seconds (`spans_plan`).
+    pub(super) fn chen_within(&self, beat: f64) -> Option<Planned> {
+        let cuts = self.chen_cuts();
+        self.spans_plan(cuts, &sqrt_spans(cuts.segments.len()), "chen", beat)
+    }
+
+    /// The cuts Chen's checkpoints sit at: only activations cross them.
+    fn chen_cuts(&self) -> &Cuts {
+        let (ctx, min_bytes) = (self.ctx, self.opts.min_bytes);
+        (self.chen_cuts)
+            .get_or_init(|| cut_segments(ctx.g, ctx.s, ctx.l, min_bytes, Made::Activations))
     }
 
     /// `keras.remat` around every block, chosen from the structure: spans
     /// of `width` consecutive cut segments, each recomputed from the tensor
     /// crossing the cut before it (its option freeing the most bytes).
-    /// `None` when these are Chen's spans (already judged), or the plan
-    /// does not fit or cannot be faster than `beat` seconds.
+    /// `None` when these are Chen's spans over Chen's cuts (already
+    /// judged), or the plan does not fit or cannot be faster than `beat`
+    /// seconds.
     pub(super) fn blocks(&self, width: usize, beat: f64) -> Option<Planned> {
         let m = self.cuts.segments.len();
         let spans = block_spans(m, width);
-        if m < 2 || spans == sqrt_spans(m) {
+        if m < 2 || (spans == sqrt_spans(m) && *self.chen_cuts() == self.cuts) {
             return None;
         }
-        self.spans_plan(&spans, "blocks", beat)
+        self.spans_plan(&self.cuts, &spans, "blocks", beat)
     }
 
-    /// One recompute per span, at its option freeing the most memory over
+    /// One recompute per span of `cuts`' segments, at its option freeing the most memory over
     /// time (`freed_area`; ties: the earliest trigger), judged by the
     /// simulator against the budget. The most bytes alone would favour a
     /// clone time early in the forward pass, where every tensor of the span
@@ -88,6 +105,7 @@ impl Planner<'_> {
     /// that cannot win is dropped after the spans that decide it.
     pub(super) fn spans_plan(
         &self,
+        cuts: &Cuts,
         spans: &[(usize, usize)],
         who: &'static str,
         beat: f64,
@@ -105,7 +123,7 @@ impl Planner<'_> {
                 b,
                 backward_only: true,
             };
-            span_options(ctx, a, &self.cuts, span, &self.cands, &gap_of, &mut work);
+            span_options(ctx, a, cuts, span, &self.cands, &gap_of, &mut work);
             let options = work.take();
             let best = (options.into_iter())
                 .filter(|r| {

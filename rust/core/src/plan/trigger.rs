@@ -109,7 +109,7 @@ pub(crate) fn safe_trigger_sorted(
 /// that a control edge out of `t` would change what it computes: `t`'s one
 /// data reader continues its chain, or `t` heads an add tree that takes in an
 /// input whose one reader is `t`. O(in-degree of `t`).
-fn regrouped(g: &Graph, t: u32) -> bool {
+pub(super) fn regrouped(g: &Graph, t: u32) -> bool {
     let only_reader = |n: u32| match g.data_consumers(n) {
         [c] => Some(*c),
         _ => None,
