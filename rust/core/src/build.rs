@@ -44,6 +44,41 @@ pub struct NodeSpec<'a> {
     pub calls_function: bool,
 }
 
+impl NodeSpec<'static> {
+    /// A node for the core's unit tests: one float output of `shape` (a
+    /// resource handle for `VarHandleOp`, no output for the `Assign*` ops).
+    #[cfg(test)]
+    pub(crate) fn test(
+        name: &'static str,
+        op: &'static str,
+        inputs: &[&'static str],
+        shape: &[i64],
+    ) -> Self {
+        use crate::dtype::DType;
+        let dtype = if op == "VarHandleOp" {
+            DType::RESOURCE
+        } else {
+            DType::FLOAT
+        };
+        let outputs = if op.starts_with("Assign") {
+            vec![]
+        } else {
+            vec![OutSpec {
+                dtype: Some(dtype),
+                shape: Shape(Some(shape.to_vec())),
+            }]
+        };
+        NodeSpec {
+            name,
+            op,
+            device: "",
+            inputs: inputs.to_vec(),
+            outputs,
+            calls_function: false,
+        }
+    }
+}
+
 /// Options of the graph build.
 #[derive(Debug, Clone, Default)]
 pub struct BuildOptions {

@@ -88,31 +88,10 @@ fn live(g: &Graph) -> Vec<bool> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::build::{build, BuildOptions, NodeSpec, OutSpec, Shape};
-    use crate::dtype::DType;
+    use crate::build::{build, BuildOptions, NodeSpec};
 
     fn spec(name: &'static str, op: &'static str, inputs: &[&'static str]) -> NodeSpec<'static> {
-        let dtype = if op == "VarHandleOp" {
-            DType::RESOURCE
-        } else {
-            DType::FLOAT
-        };
-        let outputs = if op.starts_with("Assign") {
-            vec![]
-        } else {
-            vec![OutSpec {
-                dtype: Some(dtype),
-                shape: Shape(Some(vec![])),
-            }]
-        };
-        NodeSpec {
-            name,
-            op,
-            device: "",
-            inputs: inputs.to_vec(),
-            outputs,
-            calls_function: false,
-        }
+        NodeSpec::test(name, op, inputs, &[])
     }
 
     fn untimed(g: &Graph) -> Vec<&str> {

@@ -316,19 +316,8 @@ mod tests {
     /// each product.
     #[test]
     fn a_mask_made_from_sources_crosses_no_boundary_of_chen() {
-        use crate::build::{build, BuildOptions, NodeSpec, OutSpec, Shape};
-        use crate::dtype::DType;
-        let spec = |name: &'static str, op: &'static str, inputs: &[&'static str]| NodeSpec {
-            name,
-            op,
-            device: "",
-            inputs: inputs.to_vec(),
-            outputs: vec![OutSpec {
-                dtype: Some(DType::FLOAT),
-                shape: Shape(Some(vec![4, 4])),
-            }],
-            calls_function: false,
-        };
+        use crate::build::{build, BuildOptions, NodeSpec};
+        let spec = |name, op, inputs: &[&'static str]| NodeSpec::test(name, op, inputs, &[4, 4]);
         let g = build(
             &[
                 spec("x", "Placeholder", &[]),

@@ -594,29 +594,14 @@ fn finish_grown(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::build::{build, BuildOptions, NodeSpec, OutSpec, Shape};
-    use crate::dtype::DType;
+    use crate::build::{build, BuildOptions, NodeSpec};
 
     /// `m1 = s * F` of two variable reads, read only by `m2 = m1 * x`: its
     /// clone would take the trigger's edge itself and leave the chain. `k`
     /// reads the fed `x` (gated), `n` heads no chain: neither is such a link.
     #[test]
     fn a_clone_of_variable_reads_in_a_mul_chain_is_a_triggered_link() {
-        let spec = |name: &'static str, op: &'static str, inputs: &[&'static str]| NodeSpec {
-            name,
-            op,
-            device: "",
-            inputs: inputs.to_vec(),
-            outputs: vec![OutSpec {
-                dtype: Some(if op == "VarHandleOp" {
-                    DType::RESOURCE
-                } else {
-                    DType::FLOAT
-                }),
-                shape: Shape(Some(vec![4])),
-            }],
-            calls_function: false,
-        };
+        let spec = |name, op, inputs: &[&'static str]| NodeSpec::test(name, op, inputs, &[4]);
         let g = build(
             &[
                 spec("x", "Placeholder", &[]),

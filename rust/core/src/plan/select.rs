@@ -124,21 +124,10 @@ fn in_scope(name: &str, scope: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::build::{build, BuildOptions, NodeSpec, OutSpec, Shape};
-    use crate::dtype::DType;
+    use crate::build::{build, BuildOptions, NodeSpec};
 
     fn graph() -> Graph {
-        let spec = |name: &'static str, op: &'static str, inputs: &[&'static str]| NodeSpec {
-            name,
-            op,
-            device: "",
-            inputs: inputs.to_vec(),
-            outputs: vec![OutSpec {
-                dtype: Some(DType::FLOAT),
-                shape: Shape(Some(vec![4, 4])),
-            }],
-            calls_function: false,
-        };
+        let spec = |name, op, inputs: &[&'static str]| NodeSpec::test(name, op, inputs, &[4, 4]);
         build(
             &[
                 spec("m/block1/conv", "Conv2D", &[]),

@@ -128,30 +128,11 @@ pub(super) fn regrouped(g: &Graph, t: u32) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::build::{build, BuildOptions, NodeSpec, OutSpec, Shape};
-    use crate::dtype::DType;
+    use crate::build::{build, BuildOptions, NodeSpec};
     use crate::schedule::schedule;
 
     fn spec(name: &'static str, op: &'static str, inputs: &[&'static str]) -> NodeSpec<'static> {
-        let outputs = match op {
-            "AssignSubVariableOp" => vec![],
-            _ => vec![OutSpec {
-                dtype: Some(if op == "VarHandleOp" {
-                    DType::RESOURCE
-                } else {
-                    DType::FLOAT
-                }),
-                shape: Shape(Some(vec![4])),
-            }],
-        };
-        NodeSpec {
-            name,
-            op,
-            device: "",
-            inputs: inputs.to_vec(),
-            outputs,
-            calls_function: false,
-        }
+        NodeSpec::test(name, op, inputs, &[4])
     }
 
     /// FIFO order: x var f loss g dead g2 dead2 h write. `dead2` (nothing
