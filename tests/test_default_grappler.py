@@ -116,13 +116,8 @@ _MUL_FEED = {
 }
 
 
-def _mul_chain() -> graph_pb2.GraphDef:
-    gd = graph_pb2.GraphDef()
-    for name, value in _MUL_FEED.items():
-        ph = gd.node.add(name=name, op="Placeholder")
-        ph.attr["dtype"].type = types_pb2.DT_FLOAT
-        for d in np.shape(value):
-            ph.attr["shape"].shape.dim.add().size = d
+def _add_chain(gd: graph_pb2.GraphDef) -> None:
+    """The chain's float ops: ``m2 = (s * F) * v`` with three unrelated ``Neg``."""
     for name, op, inputs in (
         ("a", "Neg", ["x"]),
         ("b", "Neg", ["x"]),
@@ -131,6 +126,16 @@ def _mul_chain() -> graph_pb2.GraphDef:
         ("r", "Neg", ["a"]),
     ):
         gd.node.add(name=name, op=op, input=inputs).attr["T"].type = types_pb2.DT_FLOAT
+
+
+def _mul_chain() -> graph_pb2.GraphDef:
+    gd = graph_pb2.GraphDef()
+    for name, value in _MUL_FEED.items():
+        ph = gd.node.add(name=name, op="Placeholder")
+        ph.attr["dtype"].type = types_pb2.DT_FLOAT
+        for d in np.shape(value):
+            ph.attr["shape"].shape.dim.add().size = d
+    _add_chain(gd)
     return gd
 
 
@@ -198,14 +203,7 @@ def _mul_chain_of_variables(values: dict) -> graph_pb2.GraphDef:
     for name, handle in (("s", "hs"), ("F", "hF")):
         read = gd.node.add(name=name, op="ReadVariableOp", input=[handle])
         read.attr["dtype"].type = types_pb2.DT_FLOAT
-    for name, op, inputs in (
-        ("a", "Neg", ["x"]),
-        ("b", "Neg", ["x"]),
-        ("m1", "Mul", ["s", "F"]),
-        ("m2", "Mul", ["m1", "v"]),
-        ("r", "Neg", ["a"]),
-    ):
-        gd.node.add(name=name, op=op, input=inputs).attr["T"].type = types_pb2.DT_FLOAT
+    _add_chain(gd)
     return gd
 
 
