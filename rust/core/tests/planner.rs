@@ -379,11 +379,9 @@ fn hybrid_reaches_a_lower_peak_on_a_transformer() {
     }
 }
 
-/// The narrow residual family is the large-plan case of `docs/scale.md`:
-/// `hybrid` at half the activation peak swaps one tensor per block or more
-/// (at least 5% of the nodes), and the plan fits its budget.
-#[test]
-fn narrow_residual_plans_swap_many_tensors() {
+/// `hybrid` at half the activation peak of a 2,000-node narrow residual graph:
+/// the analysis, the budget and the plan.
+fn narrow_hybrid_at_half_peak() -> (Analysis, u64, Outcome) {
     let spec = SynthSpec {
         kind: SynthKind::Narrow,
         blocks: hybridplan_core::synth::blocks_for_nodes(SynthKind::Narrow, 2_000),
@@ -399,6 +397,15 @@ fn narrow_residual_plans_swap_many_tensors() {
         ..PlanOptions::default()
     };
     let out = plan_analysis(&a, &dev, &opts, &[]).unwrap();
+    (a, budget, out)
+}
+
+/// The narrow residual family is the large-plan case of `docs/scale.md`:
+/// `hybrid` at half the activation peak swaps one tensor per block or more
+/// (at least 5% of the nodes), and the plan fits its budget.
+#[test]
+fn narrow_residual_plans_swap_many_tensors() {
+    let (a, budget, out) = narrow_hybrid_at_half_peak();
     let nodes = a.graph.num_nodes();
     assert!(
         out.report.swaps.len() * 20 >= nodes,
@@ -418,21 +425,7 @@ fn narrow_residual_plans_swap_many_tensors() {
 /// run and must not win (`unless_beaten`).
 #[test]
 fn hybrid_skips_candidates_that_cannot_beat_its_best_plan() {
-    let spec = SynthSpec {
-        kind: SynthKind::Narrow,
-        blocks: hybridplan_core::synth::blocks_for_nodes(SynthKind::Narrow, 2_000),
-        ..SynthSpec::default()
-    };
-    let a = analyze(&graphdef(&spec), &BuildOptions::default()).unwrap();
-    let dev = preset("v100-nvlink2").unwrap();
-    let p = a.graph.persistent_bytes;
-    let budget = p + (a.liveness.peak_bytes - p) / 2;
-    let opts = PlanOptions {
-        strategy: Strategy::Hybrid,
-        budget,
-        ..PlanOptions::default()
-    };
-    let out = plan_analysis(&a, &dev, &opts, &[]).unwrap();
+    let (_, _, out) = narrow_hybrid_at_half_peak();
     let r = &out.report;
     assert_eq!(
         r.planned.step_time_s, r.original.step_time_s,
