@@ -14,6 +14,7 @@ from . import _args, _core
 from ._args import parse_bytes
 from ._backend import workspace_rule
 from ._graphio import GraphLike, graph_bytes
+from .accumulators import statements
 from .controlflow import body_memory
 from .errors import BudgetError, InvalidArgumentError
 
@@ -528,42 +529,8 @@ def plan(
         "select": select if any(select) else None,
         "host_budget": host,
     }
-    try:
-        core = _core.plan(source, nbytes, **options, **build)
-        hosted: list[tuple[str, int]] = []
-    except BudgetError:
-        # Over the budget with the loops' accumulators on the device: keep them on the
-        # host (hybridplan.accumulators), when the graph has any, and plan again. Only
-        # for a CPU device model: the copies are written and checked for CPU emulation
-        # (on a GPU the lists' push and pop would have to run on the host as well).
-        hosting = _hosted_source(source, build) if dev.get("kernels") == "cpu" else None
-        if hosting is None:
-            raise
-        hosted, source, build = hosting
-        core = _core.plan(source, nbytes, **options, **build)
-    report = core.report()
-    if hosted:
-        report["hosted_accumulators"] = [{"node": n, "output": k} for n, k in hosted]
-    return Plan(report, (core.timeline(0), core.timeline(1)), core.events())
-
-
-def _hosted_source(source: Any, build: dict) -> tuple[list[tuple[str, int]], bytes, dict] | None:
-    """The graph bytes ``source`` with every movable loop accumulator kept on the host
-    (:mod:`hybridplan.accumulators`; the step's nodes and their indices unchanged), the
-    accumulators, and the build options with the loops' memory stated again; ``None``
-    when ``source`` is an analysis or has no movable accumulator."""
-    if not isinstance(source, bytes) or not build.get("bodies"):
-        return None
-    from tensorflow.core.framework import graph_pb2
-
-    from .accumulators import host, movable
-
-    gd = graph_pb2.GraphDef.FromString(source)
-    found = movable(gd)
-    if not found:
-        return None
-    data = host(gd, found, "cpu-emulation").SerializeToString()
-    return found, data, dict(build, bodies=body_memory(data, build["workspace"]))
+    core = _core.plan(source, nbytes, **options, **build)
+    return Plan(core.report(), (core.timeline(0), core.timeline(1)), core.events())
 
 
 def _source(
@@ -602,13 +569,15 @@ def _source(
         return graph._core, {}
     data, traced_loss = graph_bytes(graph)
     rule = workspace_rule(workspace, dev)
+    bodies = body_memory(data, rule)
     return data, {
         "loss": loss or traced_loss,
         "persistent_bytes": persistent_bytes,
         "separate_buffers": separate_buffers,
         "workspace": rule,
         "workspace_profile": workspace_overrides(workspace_profile),
-        "bodies": body_memory(data, rule),
+        "bodies": bodies,
+        "hosting": statements(data, bodies, rule),
     }
 
 
