@@ -371,11 +371,13 @@ class Plan:
                 f"budget {_size(self.budget)}; nothing to swap or recompute)"
             )
         by = f" (by {self.strategy!r})" if self.strategy != asked else ""
+        lists = len(self.hosted_accumulators)
+        hosted = f", {lists} loop accumulators kept on the host" if lists else ""
         return (
             f"Plan({asked!r}{by}: peak {_size(o['peak_bytes'])} -> {_size(p['peak_bytes'])} within "
             f"the budget {_size(self.budget)}; predicted step {o['step_time_s'] * 1e3:.4g} -> "
             f"{p['step_time_s'] * 1e3:.4g} ms; {p['swaps']} tensors swapped, {p['clones']} ops "
-            f"recomputed; host peak {_size(p['host_peak_bytes'])})"
+            f"recomputed{hosted}; host peak {_size(p['host_peak_bytes'])})"
         )
 
 
@@ -401,6 +403,12 @@ def plan(
     host_budget: Any = "auto",
 ) -> Plan:
     """Plans which tensors to swap and which sub-graphs to recompute.
+
+    A step with loops whose gradient is taken (a Keras LSTM or GRU): when no plan fits
+    with the loops' accumulators on the device and the device model runs TensorFlow's
+    CPU kernels (the ``cpu`` preset: the devices of the ``cpu-emulation`` rewrite), the
+    core keeps the largest accumulators on the host, as few as fit
+    (:attr:`Plan.hosted_accumulators`, ``docs/control-flow.md``).
 
     Args:
         graph: a ``GraphDef``, its bytes, a ``.pb``/``.pbtxt`` path, a traced step, or
@@ -460,7 +468,8 @@ def plan(
             less :data:`HOST_RESERVE` when planning for this machine, i.e. the
             ``cpu`` device or any device on a machine with a GPU; no bound for
             a GPU model planned on a machine without one). A plan over it does
-            not fit, so ``hybrid`` falls back to recomputation.
+            not fit, so ``hybrid`` falls back to recomputation. Loop accumulators
+            kept on the host count against it too (``docs/control-flow.md``).
 
     Raises:
         BudgetError: no plan fits; ``best_peak`` says the smallest peak reached.
