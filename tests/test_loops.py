@@ -162,6 +162,18 @@ def test_hosting_is_the_cores_decision():
     assert not roomy.hosted_accumulators and "hosted_accumulators" not in roomy.report
 
 
+def test_a_bad_accumulator_statement_is_a_typed_error():
+    """The core checks the graph side of every statement: one naming a gradient-loop input
+    that does not read the list is refused, naming the loop and output."""
+    gd = _workload("lstm").trace().graph_def
+    data = gd.SerializeToString()
+    good = _statements(gd)
+    _core.analyze(data, bodies=body_memory(data), hosting=good)
+    fwd, k, grad, j, *rest = good[0]
+    with pytest.raises(hybridplan.InvalidArgumentError, match=f"output {k} of loop '{fwd}'"):
+        _core.analyze(data, bodies=body_memory(data), hosting=[(fwd, k, grad, j + 1, *rest)])
+
+
 def test_loop_memory_is_its_accumulators():
     """The forward loop holds, per iteration, the values its gradient reads (64 of each
     pushed [8, 128] activation and [8, 32] input step); the kernel and recurrent kernel
