@@ -4,11 +4,12 @@ The claims under test: a Keras LSTM and a GRU classifier (sequence 64, batch 8: 
 ``While`` filling ``TensorList`` accumulators, its gradient ``StatelessWhile`` popping
 them) are traced as TensorFlow traced them. The accumulators, inputs of the gradient
 loop, are more than 40% of the tensor peak, so 60% of the activations needs them off the
-device: the plan keeps them on the host (the loops' bodies copy each element out as it
-is pushed and back as it is popped, ``hybridplan.accumulators``), rewritten for CPU
+device: the core keeps the largest of them on the host, as few as the budget needs (the
+loops' bodies copy each element out as it is pushed and back as it is popped,
+``hybridplan.accumulators``; ``rust/core/src/hosting.rs`` decides), rewritten for CPU
 emulation and run 3 steps next to the original: losses and weights equal bit for bit,
 the measured device peak within the budget, the predicted peaks within 10% of the
-measured ones (original and plan); the loops are never cloned and their ``variant``
+measured ones (original and plan; device and host); the loops are never cloned and their ``variant``
 outputs never swapped; the memory stated for them is their body's (trip count x the
 values pushed each iteration, a variable's value not counted; 0 device bytes for a list
 kept on the host); a loop whose trip count is not a constant is refused with a typed
@@ -16,6 +17,8 @@ error that says how to make it known.
 """
 
 from __future__ import annotations
+
+import json
 
 import keras
 import pytest
@@ -82,6 +85,19 @@ def test_rnn_step_plans_at_60_percent_and_runs_bit_identical(kind):
         f"{t.original.device_peak}; plan predicted {t.predicted_peak} measured "
         f"{t.planned.device_peak}"
     )
+    # The hosted lists' bytes are in the host peak; the model's host peak within 10% of
+    # the host device's allocation records.
+    hosted = _hosted_bytes(t.plan, gd)
+    host_measured = t.planned.peak_bytes.get("/device:CPU:1", 0)
+    assert t.plan.host_peak_bytes >= hosted > 0, (t.plan.host_peak_bytes, hosted)
+    assert abs(t.plan.host_peak_bytes - host_measured) <= 0.10 * host_measured, (
+        t.plan.host_peak_bytes,
+        host_measured,
+    )
+    print(
+        f"{kind}: hosted {len(t.plan.hosted_accumulators)} of {len(movable(gd))} lists; "
+        f"host predicted {t.plan.host_peak_bytes} measured {host_measured}"
+    )
     names = [n.name for n in gd.node]
     for s in t.plan.swaps:
         node = gd.node[s["node"]]
@@ -89,6 +105,73 @@ def test_rnn_step_plans_at_60_percent_and_runs_bit_identical(kind):
             assert node.attr["T"].list.type[s["output"]] != tf.variant.as_datatype_enum
     cloned = {names[v] for rc in t.plan.recomputes for v in rc["nodes"]}
     assert not cloned & set(loops), cloned & set(loops)
+
+
+def _hosted_bytes(plan, gd) -> int:
+    """The bytes of the lists ``plan`` hosts: 64 elements of each pushed value."""
+    stated = {(n, k): (dims, count) for n, k, _, _, _, dims, count, *_ in _statements(gd)}
+    total = 0
+    for key in plan.hosted_accumulators:
+        dims, count = stated[key]
+        total += 4 * count * dims[0] * dims[1]
+    return total
+
+
+def _statements(gd):
+    from hybridplan.accumulators import statements
+
+    data = gd.SerializeToString()
+    return statements(data, body_memory(data), None)
+
+
+def test_hosting_is_the_cores_decision():
+    """The core decides which accumulators to host, the same from an analysis as from
+    the bytes: as few as the budget needs, largest first; their bytes in the host peak,
+    under the host budget and in the link traffic, their copies in the step time; and a
+    GPU device model, whose rewrite cannot write hosted lists, gets no such plan."""
+    traced = _workload("lstm").trace()
+    gd = traced.graph_def
+    a = hybridplan.analyze(traced, device="cpu")
+    budget = a.budget_for(0.6)
+    p = hybridplan.plan(a, budget, device="cpu", min_bytes=1 << 12)
+    assert p.to_json() == hybridplan.plan(traced, budget, device="cpu", min_bytes=1 << 12).to_json()
+    found = movable(gd)
+    assert 0 < len(p.hosted_accumulators) < len(found), p.hosted_accumulators
+    hosted = _hosted_bytes(p, gd)
+    assert p.host_peak_bytes >= hosted
+    for key in ("bytes_d2h", "bytes_h2d"):
+        assert p.planned[key] >= p.original[key] + hosted, (key, p.planned[key], hosted)
+    # Each element copied out in the forward loop (hidden behind its compute or not) and
+    # back in the gradient loop (one iteration at a time: added to its compute).
+    cpu = json.loads(_core.device_preset("cpu"))
+    back = sum(
+        count * (cpu["link_latency_s"] + 4 * dims[0] * dims[1] / cpu["h2d_bandwidth"])
+        for n, k, _, _, _, dims, count, *_ in _statements(gd)
+        if (n, k) in p.hosted_accumulators
+    )
+    added = p.planned["compute_time_s"] - p.original["compute_time_s"]
+    assert added >= back * (1 - 1e-9), (added, back)
+    assert p.planned["step_time_s"] >= p.planned["compute_time_s"]
+    with pytest.raises(hybridplan.HostBudgetError):
+        hybridplan.plan(a, budget, device="cpu", min_bytes=1 << 12, host_budget=hosted - 1)
+    with pytest.raises(hybridplan.BudgetError) as e:
+        hybridplan.plan(a, budget, device="v100-nvlink2", min_bytes=1 << 12)
+    assert not isinstance(e.value, hybridplan.HostBudgetError)
+    # Every list on the device when the budget allows: the plan's JSON has no record.
+    roomy = hybridplan.plan(a, a.budget_for(1.0), device="cpu", min_bytes=1 << 12)
+    assert not roomy.hosted_accumulators and "hosted_accumulators" not in roomy.report
+
+
+def test_a_bad_accumulator_statement_is_a_typed_error():
+    """The core checks the graph side of every statement: one naming a gradient-loop input
+    that does not read the list is refused, naming the loop and output."""
+    gd = _workload("lstm").trace().graph_def
+    data = gd.SerializeToString()
+    good = _statements(gd)
+    _core.analyze(data, bodies=body_memory(data), hosting=good)
+    fwd, k, grad, j, *rest = good[0]
+    with pytest.raises(hybridplan.InvalidArgumentError, match=f"output {k} of loop '{fwd}'"):
+        _core.analyze(data, bodies=body_memory(data), hosting=[(fwd, k, grad, j + 1, *rest)])
 
 
 def test_loop_memory_is_its_accumulators():

@@ -174,6 +174,11 @@ class CoreAnalysis:
     def tensor_facts(self) -> dict[str, npt.NDArray[Any]]: ...
     def with_separate_buffers(self, separate_buffers: bool) -> CoreAnalysis: ...
 
+#: A loop accumulator that can be kept on the host (rust/core/src/hosting.rs):
+#: (forward loop, output, gradient loop, input, dtype enum, element dims, count,
+#: output sharing its elements or None, forward scratch, gradient scratch when hosted).
+_Accumulator = tuple[str, int, str, int, int, list[int], int, int | None, int, int]
+
 def analyze(
     data: bytes,
     loss: str | None = None,
@@ -182,6 +187,7 @@ def analyze(
     workspace: str | None = None,
     workspace_profile: list[tuple[str, int]] | None = None,
     bodies: list[tuple[str, int, list[tuple[int, int, int, list[int], int]]]] | None = None,
+    hosting: list[_Accumulator] | None = None,
 ) -> CoreAnalysis: ...
 
 @final
@@ -211,6 +217,7 @@ def plan(
     workspace_profile: list[tuple[str, int]] | None = None,
     host_budget: int | None = None,
     bodies: list[tuple[str, int, list[tuple[int, int, int, list[int], int]]]] | None = None,
+    hosting: list[_Accumulator] | None = None,
 ) -> CorePlan: ...
 def device_preset(name: str) -> str: ...
 def device_presets() -> list[str]: ...
@@ -224,6 +231,8 @@ def op_facts(op: str) -> tuple[bool, bool, bool, str | None]: ...
 class OpTable(TypedDict):
     conditionals: list[str]
     loops: list[str]
+    accumulator_push: list[str]
+    accumulator_pop: list[str]
     list_adds_element: dict[str, int]
     list_takes_element: list[str]
     list_holds_input: list[str]

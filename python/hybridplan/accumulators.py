@@ -36,8 +36,16 @@ argument, read by nothing else. The memory stated for a hosted list
 (:func:`hybridplan.controlflow.body_memory`) is 0 device bytes; the copies are nodes of
 the bodies, so each iteration's peak counts them.
 
+**Who decides.** :func:`statements` states every movable accumulator for the core
+(``rust/core/src/hosting.rs``): its loops, one element's dtype and shape, the trip
+count, the output of the same loop that holds the same elements too, and the loops'
+per-iteration scratch with the lists hosted (one more ``body_memory`` of the graph with
+every movable list hosted). The core plans with every list on the device first and,
+when that does not fit, hosts the largest as few as fit; the plan records them
+(``hosted_accumulators``) and the rewrite writes them with :func:`host`.
+
 **Complexity.** O(N + F) for N nodes and F library nodes, plus one
-``function_def_to_graph_def`` per loop body.
+``function_def_to_graph_def`` per loop body (:func:`statements`: one ``body_memory``).
 
 Example::
 
@@ -51,7 +59,7 @@ from typing import Any
 
 from . import _core
 
-__all__ = ["HOST_COPY", "host", "movable"]
+__all__ = ["HOST_COPY", "host", "movable", "statements"]
 
 #: The attribute that marks a copy this module writes into a loop body: a list element
 #: made by such a copy is a host buffer, no device bytes (``controlflow.body_memory``).
@@ -61,11 +69,12 @@ _OPS = _core.op_table()
 _LOOPS = frozenset(_OPS["loops"])
 _ADDS = dict(_OPS["list_adds_element"])
 _TAKES = frozenset(_OPS["list_takes_element"])
+_IDENTITY = frozenset(_OPS["identities"])
 _VARIABLE_READ = frozenset(_OPS["variable_reads"])
 _VARIANT = next(code for code, name, _, _ in _core.dtypes() if name == "variant")
-# The one add and take op of while_v2's accumulators: push and pop back (their element
-# input and output slots, from the core's table).
-_PUSH = next(op for op, slot in _ADDS.items() if slot == 1)
+# The push and pop of while_v2's accumulators (``opkind::ACCUMULATOR_PUSH`` / ``_POP``).
+_PUSHES = frozenset(_OPS["accumulator_push"])
+_POPS = frozenset(_OPS["accumulator_pop"])
 
 
 def movable(graph_def: Any) -> list[tuple[str, int]]:
@@ -125,9 +134,9 @@ def _push(body: Any, k: int) -> Any:
     ret = body.ret.get(body.signature.output_arg[k].name, "")
     by = {n.name: n for n in body.node_def}
     push = by.get(ret.split(":")[0])
-    if push is None or push.op != _PUSH or push.input[0] != arg:
+    if push is None or push.op not in _PUSHES or push.input[0] != arg:
         return None
-    element = push.input[_ADDS[_PUSH]]
+    element = push.input[_ADDS[push.op]]
     src = by.get(element.split(":")[0])
     if src is not None and (src.op in _VARIABLE_READ or HOST_COPY in src.attr):
         return None  # a variable's buffer (no bytes of its own), or hosted already
@@ -150,7 +159,7 @@ def _pop(body: Any, j: int) -> Any:
     arg = body.signature.input_arg[j].name
     readers = [n for n in body.node_def if any(i.split(":")[0] == arg for i in n.input)]
     ret = body.ret.get(body.signature.output_arg[j].name, "")
-    if len(readers) != 1 or readers[0].op not in _TAKES or readers[0].input[0] != arg:
+    if len(readers) != 1 or readers[0].op not in _POPS or readers[0].input[0] != arg:
         return None
     pop = readers[0]
     if ret.split(":")[0] != pop.name:
@@ -183,8 +192,9 @@ def host(graph_def: Any, which: list[tuple[str, int]], target: str) -> Any:
         fwd, k, grad, j = found[key]
         body = lib[fwd.attr["body"].func.name]
         push = _push(body, k)
-        element = push.input[_ADDS[_PUSH]]
-        push.input[_ADDS[_PUSH]] = _copy(
+        slot = _ADDS[push.op]
+        element = push.input[slot]
+        push.input[slot] = _copy(
             body, f"{push.name}/to_host", t.swap_out_op, t.host, element, push, -1
         )
         gbody = lib[grad.attr["body"].func.name]
@@ -215,16 +225,9 @@ def _copy(body: Any, name: str, op: str, device: str, source: str, like: Any, k:
     output as a body input reference."""
     from tensorflow.python.framework import op_def_registry
 
-    by = {n.name: n for n in body.node_def}
     shape = _stated_shape(like, k) if k >= 0 else None
     if shape is None:
-        src = by.get(source.split(":")[0])
-        if src is None:  # an argument
-            index = [a.name for a in body.signature.input_arg].index(source)
-            shapes = body.arg_attr[index].attr["_output_shapes"].list.shape
-            shape = shapes[0] if shapes else None
-        else:
-            shape = _stated_shape(src, _flat_index(src, source))
+        shape = _source_shape(body, source)
     n = body.node_def.add()
     n.name, n.op, n.device = name, op, device
     n.input.append(source)
@@ -234,6 +237,19 @@ def _copy(body: Any, name: str, op: str, device: str, source: str, like: Any, k:
     n.attr[HOST_COPY].b = True
     n.attr["_grappler_do_not_remove"].b = True
     return f"{name}:{op_def_registry.get(op).output_arg[0].name}:0"
+
+
+def _source_shape(body: Any, source: str) -> Any:
+    """The stated shape of the body tensor ``source`` (its producer's, or the
+    argument's), or ``None``."""
+    src = next((n for n in body.node_def if n.name == source.split(":")[0]), None)
+    if src is None:  # an argument
+        names = [a.name for a in body.signature.input_arg]
+        if source not in names:
+            return None
+        shapes = body.arg_attr[names.index(source)].attr["_output_shapes"].list.shape
+        return shapes[0] if shapes else None
+    return _stated_shape(src, _flat_index(src, source))
 
 
 def _stated_shape(node: Any, k: int) -> Any:
@@ -259,3 +275,100 @@ def _flat_index(node: Any, ref: str) -> int:
     if any(a.number_attr or a.type_list_attr for a in before):
         return -1
     return len(before) + int(parts[2])
+
+
+# ------------------------------------------------------------------ statements
+
+
+Statement = tuple[str, int, str, int, int, list[int], int, int | None, int, int]
+
+
+def statements(data: bytes, bodies: list[Any], workspace: str | None) -> list[Statement]:
+    """The movable accumulators of the serialized GraphDef ``data`` as the core takes
+    them (``rust/core/src/hosting.rs``): ``(forward loop, output, gradient loop, input,
+    element dtype, element dims, count, output sharing its elements or None, forward
+    scratch, gradient scratch)``. ``bodies`` is ``body_memory(data, workspace)``; the
+    scratch is each loop's with every movable list hosted. A list whose elements another
+    list of the loop holds in the device statement (it saves no device bytes), or whose
+    element shape is not known, is left out. Empty (TensorFlow not imported) when no
+    stated body is a loop's."""
+    from .controlflow import WHILE_OPS, body_memory
+
+    if not bodies:
+        return []
+    from tensorflow.core.framework import graph_pb2
+
+    gd = graph_pb2.GraphDef.FromString(data)
+    loops = {n.name for n in gd.node if n.op in WHILE_OPS}
+    held = {name: entries for name, _, entries in bodies if name in loops}
+    found = [f for f in _found(gd) if any(e[0] == f[1] for e in held.get(f[0].name, ()))]
+    if not found:
+        return []
+    which = [(fwd.name, k) for fwd, k, _, _ in found]
+    hosted = host(gd, which, "cpu-emulation").SerializeToString()
+    scratch = {name: s for name, s, _ in body_memory(hosted, workspace)}
+    lib = {f.signature.name: f for f in gd.library.function}
+    out = []
+    for fwd, k, grad, j in found:
+        body = lib[fwd.attr["body"].func.name]
+        element = _element(body, _push(body, k))
+        if element is None:
+            continue
+        count = max(e[4] for e in held[fwd.name])
+        shared = _shared_with(body, k)
+        stated = (scratch.get(fwd.name, 0), scratch.get(grad.name, 0))
+        out.append((fwd.name, k, grad.name, j, *element, count, shared, *stated))
+    return out
+
+
+def _element(body: Any, push: Any) -> tuple[int, list[int]] | None:
+    """``(dtype enum, dims)`` of the element ``push`` adds, or ``None`` when its shape is
+    not fully known."""
+    shape = _source_shape(body, push.input[_ADDS[push.op]])
+    if shape is None or shape.unknown_rank or any(d.size < 0 for d in shape.dim):
+        return None
+    return int(push.attr["element_dtype"].type), [int(d.size) for d in shape.dim]
+
+
+def _shared_with(body: Any, k: int) -> int | None:
+    """The first other list the body returns that adds the same element as its list
+    ``k`` (an argument counts as the value the body returns for it: the next
+    iteration's), or ``None``."""
+    keys = _list_elements(body)
+    mine = keys.get(k, set())
+    return next((m for m in sorted(keys) if m != k and keys[m] & mine), None)
+
+
+def _list_elements(body: Any) -> dict[int, set[str]]:
+    """For each list the body returns (by output index), the elements its list ops add,
+    each resolved through identities and loop-carried arguments. O(body nodes x lists)."""
+    by = {n.name: n for n in body.node_def}
+    args = [a.name for a in body.signature.input_arg]
+    outs = [body.ret.get(a.name, "") for a in body.signature.output_arg]
+    out: dict[int, set[str]] = {}
+    for k, ref in enumerate(outs):
+        seen: set[str] = set()
+        node = by.get(_resolve(ref, by, args, outs).split(":")[0])
+        for _ in range(len(by)):
+            if node is None or (node.op not in _ADDS and node.op not in _TAKES):
+                break
+            if node.op in _ADDS:
+                seen.add(_resolve(node.input[_ADDS[node.op]], by, args, outs))
+            node = by.get(node.input[0].split(":")[0])
+        if seen:
+            out[k] = seen
+    return out
+
+
+def _resolve(ref: str, by: dict[str, Any], args: list[str], outs: list[str]) -> str:
+    """``ref`` through ``Identity`` nodes, and an argument as the body's return for it
+    (the same buffer, an iteration later) when that differs. Bounded by the body's size."""
+    for _ in range(len(by) + len(args) + 1):
+        node = by.get(ref.split(":")[0])
+        if node is not None and node.op in _IDENTITY and node.input:
+            ref = node.input[0]
+        elif ref in args and outs[args.index(ref)] not in ("", ref):
+            ref = outs[args.index(ref)]
+        else:
+            return ref
+    return ref

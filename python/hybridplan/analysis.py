@@ -12,6 +12,7 @@ import numpy as np
 from . import _args, _core
 from ._backend import workspace_rule
 from ._graphio import GraphLike, graph_bytes
+from .accumulators import statements
 from .controlflow import body_memory
 from .errors import InvalidArgumentError
 from .planning import _device_args, workspace_overrides
@@ -235,6 +236,7 @@ def analyze(
     dev = None if device is None else _device_args(device)[2]
     data, traced_loss = graph_bytes(graph)
     rule = workspace_rule(workspace, dev)
+    bodies = body_memory(data, rule)
     return Analysis(
         _core.analyze(
             data,
@@ -243,6 +245,7 @@ def analyze(
             separate_buffers=separate_buffers,
             workspace=rule,
             workspace_profile=workspace_overrides(workspace_profile),
-            bodies=body_memory(data, rule),
+            bodies=bodies,
+            hosting=statements(data, bodies, rule),
         )
     )

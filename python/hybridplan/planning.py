@@ -14,6 +14,7 @@ from . import _args, _core
 from ._args import parse_bytes
 from ._backend import workspace_rule
 from ._graphio import GraphLike, graph_bytes
+from .accumulators import statements
 from .controlflow import body_memory
 from .errors import BudgetError, InvalidArgumentError
 
@@ -370,11 +371,13 @@ class Plan:
                 f"budget {_size(self.budget)}; nothing to swap or recompute)"
             )
         by = f" (by {self.strategy!r})" if self.strategy != asked else ""
+        lists = len(self.hosted_accumulators)
+        hosted = f", {lists} loop accumulators kept on the host" if lists else ""
         return (
             f"Plan({asked!r}{by}: peak {_size(o['peak_bytes'])} -> {_size(p['peak_bytes'])} within "
             f"the budget {_size(self.budget)}; predicted step {o['step_time_s'] * 1e3:.4g} -> "
             f"{p['step_time_s'] * 1e3:.4g} ms; {p['swaps']} tensors swapped, {p['clones']} ops "
-            f"recomputed; host peak {_size(p['host_peak_bytes'])})"
+            f"recomputed{hosted}; host peak {_size(p['host_peak_bytes'])})"
         )
 
 
@@ -400,6 +403,12 @@ def plan(
     host_budget: Any = "auto",
 ) -> Plan:
     """Plans which tensors to swap and which sub-graphs to recompute.
+
+    A step with loops whose gradient is taken (a Keras LSTM or GRU): when no plan fits
+    with the loops' accumulators on the device and the device model runs TensorFlow's
+    CPU kernels (the ``cpu`` preset: the devices of the ``cpu-emulation`` rewrite), the
+    core keeps the largest accumulators on the host, as few as fit
+    (:attr:`Plan.hosted_accumulators`, ``docs/control-flow.md``).
 
     Args:
         graph: a ``GraphDef``, its bytes, a ``.pb``/``.pbtxt`` path, a traced step, or
@@ -459,7 +468,8 @@ def plan(
             less :data:`HOST_RESERVE` when planning for this machine, i.e. the
             ``cpu`` device or any device on a machine with a GPU; no bound for
             a GPU model planned on a machine without one). A plan over it does
-            not fit, so ``hybrid`` falls back to recomputation.
+            not fit, so ``hybrid`` falls back to recomputation. Loop accumulators
+            kept on the host count against it too (``docs/control-flow.md``).
 
     Raises:
         BudgetError: no plan fits; ``best_peak`` says the smallest peak reached.
@@ -528,42 +538,8 @@ def plan(
         "select": select if any(select) else None,
         "host_budget": host,
     }
-    try:
-        core = _core.plan(source, nbytes, **options, **build)
-        hosted: list[tuple[str, int]] = []
-    except BudgetError:
-        # Over the budget with the loops' accumulators on the device: keep them on the
-        # host (hybridplan.accumulators), when the graph has any, and plan again. Only
-        # for a CPU device model: the copies are written and checked for CPU emulation
-        # (on a GPU the lists' push and pop would have to run on the host as well).
-        hosting = _hosted_source(source, build) if dev.get("kernels") == "cpu" else None
-        if hosting is None:
-            raise
-        hosted, source, build = hosting
-        core = _core.plan(source, nbytes, **options, **build)
-    report = core.report()
-    if hosted:
-        report["hosted_accumulators"] = [{"node": n, "output": k} for n, k in hosted]
-    return Plan(report, (core.timeline(0), core.timeline(1)), core.events())
-
-
-def _hosted_source(source: Any, build: dict) -> tuple[list[tuple[str, int]], bytes, dict] | None:
-    """The graph bytes ``source`` with every movable loop accumulator kept on the host
-    (:mod:`hybridplan.accumulators`; the step's nodes and their indices unchanged), the
-    accumulators, and the build options with the loops' memory stated again; ``None``
-    when ``source`` is an analysis or has no movable accumulator."""
-    if not isinstance(source, bytes) or not build.get("bodies"):
-        return None
-    from tensorflow.core.framework import graph_pb2
-
-    from .accumulators import host, movable
-
-    gd = graph_pb2.GraphDef.FromString(source)
-    found = movable(gd)
-    if not found:
-        return None
-    data = host(gd, found, "cpu-emulation").SerializeToString()
-    return found, data, dict(build, bodies=body_memory(data, build["workspace"]))
+    core = _core.plan(source, nbytes, **options, **build)
+    return Plan(core.report(), (core.timeline(0), core.timeline(1)), core.events())
 
 
 def _source(
@@ -602,13 +578,15 @@ def _source(
         return graph._core, {}
     data, traced_loss = graph_bytes(graph)
     rule = workspace_rule(workspace, dev)
+    bodies = body_memory(data, rule)
     return data, {
         "loss": loss or traced_loss,
         "persistent_bytes": persistent_bytes,
         "separate_buffers": separate_buffers,
         "workspace": rule,
         "workspace_profile": workspace_overrides(workspace_profile),
-        "bodies": body_memory(data, rule),
+        "bodies": bodies,
+        "hosting": statements(data, bodies, rule),
     }
 
 

@@ -46,31 +46,104 @@ pub fn op_times(
     Ok((costs.time_s, costs.unknown_ops))
 }
 
-/// Plans an analysed graph: the phases below, in order.
+/// Plans an analysed graph: the phases below, in order, with every loop
+/// accumulator on the device; when that does not fit and the device model
+/// may host them, with as few of the largest hosted as fit
+/// ([`crate::hosting`]).
 ///
 /// # Errors
 /// [`PlanError::InvalidArgument`] for a bad budget or device,
-/// [`PlanError::Budget`] when no plan fits.
+/// [`PlanError::Budget`] when no plan fits, [`PlanError::HostBudget`] when
+/// plans fit the device but not the host budget.
 pub fn plan_analysis(
     a: &Analysis,
     dev: &DeviceModel,
     opts: &PlanOptions,
     profile: &[(u32, f64)],
 ) -> Result<Outcome> {
+    let first = plan_with(a, dev, opts, profile, &[]);
+    let lists = &a.graph.hostable;
+    if lists.is_empty() || !crate::hosting::may_host(dev) {
+        return first;
+    }
+    let hosted = |n: usize| plan_hosted(a, dev, opts, profile, &lists[..n]);
+    crate::hosting::fewest(lists.len(), first, hosted).map(|(_, o)| o)
+}
+
+/// Plans `a` with `lists` hosted: the phases on the hosted graph
+/// ([`crate::hosting::hosted_analysis`]), the original figures of `a`.
+fn plan_hosted(
+    a: &Analysis,
+    dev: &DeviceModel,
+    opts: &PlanOptions,
+    profile: &[(u32, f64)],
+    lists: &[crate::hosting::Hostable],
+) -> Result<Outcome> {
+    let h = crate::hosting::hosted_analysis(a, lists)?;
+    let mut o = plan_with(&h, dev, opts, profile, lists)?;
+    let costs = costs(a, dev, profile, &[])?;
+    let original = Simulator::new(&a.graph, &a.schedule, &costs.times, dev)?
+        .run(&Plan::default(), Detail::FULL)?;
+    o.report.original = Figures::of(&a.graph, &original, &Plan::default());
+    o.original = original;
+    Ok(o)
+}
+
+/// The phases, in order, on `a` with `hosted` lists kept on the host (their
+/// bytes already off `a`'s device memory).
+fn plan_with(
+    a: &Analysis,
+    dev: &DeviceModel,
+    opts: &PlanOptions,
+    profile: &[(u32, f64)],
+    hosted: &[crate::hosting::Hostable],
+) -> Result<Outcome> {
     validate(a, dev, opts)?;
-    let costs = costs(a, dev, profile)?;
+    let costs = costs(a, dev, profile, hosted)?;
     check_reducible(a, opts)?;
     let sims = Sims::new(a, &costs.times, dev)?;
-    let mut searched = search(a, dev, opts, &costs.times, &sims)?;
+    let mut searched = search(a, dev, &search_options(opts, hosted), &costs.times, &sims)
+        .map_err(|e| with_hosted_bytes(e, opts, hosted))?;
     let sim = place_releases(a, &sims, &mut searched.plan)?;
-    let judged = check_fits(a, opts, &searched, sim)?;
-    let report = report(a, dev, opts, &costs, &sims, &searched, &judged);
+    let judged = check_fits(a, opts, &searched, sim, &costs.times, hosted)?;
+    let report = report(a, dev, opts, &costs, &sims, &searched, &judged, hosted);
     Ok(Outcome {
         report,
         original: sims.original,
         planned: judged.sim,
         plan: searched.plan,
     })
+}
+
+/// The planner's options with `hosted` lists: their bytes off the host
+/// budget its swaps may take.
+fn search_options(opts: &PlanOptions, hosted: &[crate::hosting::Hostable]) -> PlanOptions {
+    let mut o = opts.clone();
+    o.host_budget = o
+        .host_budget
+        .saturating_sub(crate::hosting::total_bytes(hosted));
+    o
+}
+
+/// A host-budget error of the planner's search, whose host budget was
+/// lowered by the `hosted` lists' bytes: in the caller's terms.
+fn with_hosted_bytes(
+    e: PlanError,
+    opts: &PlanOptions,
+    hosted: &[crate::hosting::Hostable],
+) -> PlanError {
+    match e {
+        PlanError::HostBudget {
+            best_host_peak,
+            budget,
+            ..
+        } => PlanError::HostBudget {
+            host_budget: opts.host_budget,
+            best_host_peak: best_host_peak.saturating_add(crate::hosting::total_bytes(hosted)),
+            budget,
+        },
+        e => e,
+    }
 }
 
 /// Op times and the op types the cost model knows only by bytes.
@@ -106,9 +179,16 @@ fn validate(a: &Analysis, dev: &DeviceModel, opts: &PlanOptions) -> Result<()> {
     check_supported(&a.graph)
 }
 
-/// Phase 2, op times: the cost model's, or the measured profile's.
-fn costs(a: &Analysis, dev: &DeviceModel, profile: &[(u32, f64)]) -> Result<Costs> {
-    let (times, unknown_ops) = op_times(&a.graph, dev, profile)?;
+/// Phase 2, op times: the cost model's, or the measured profile's, with
+/// the copies of the `hosted` lists in their loops' times.
+fn costs(
+    a: &Analysis,
+    dev: &DeviceModel,
+    profile: &[(u32, f64)],
+    hosted: &[crate::hosting::Hostable],
+) -> Result<Costs> {
+    let (mut times, unknown_ops) = op_times(&a.graph, dev, profile)?;
+    crate::hosting::add_copy_times(&mut times, hosted, dev);
     Ok(Costs { times, unknown_ops })
 }
 
@@ -195,12 +275,15 @@ fn place_releases(a: &Analysis, sims: &Sims<'_>, plan: &mut Plan) -> Result<SimR
 }
 
 /// Phase 7, the final judgement: the re-simulated plan within the device
-/// budget and, since the release nodes moved the copies, the host budget.
+/// budget and, since the release nodes moved the copies, the host budget,
+/// which the `hosted` lists' bytes count against too.
 fn check_fits(
     a: &Analysis,
     opts: &PlanOptions,
     searched: &Searched,
     sim: SimResult,
+    times: &[f64],
+    hosted: &[crate::hosting::Hostable],
 ) -> Result<Judged> {
     if sim.peak_bytes > opts.budget {
         return Err(PlanError::Budget {
@@ -210,7 +293,9 @@ fn check_fits(
             persistent_bytes: a.graph.persistent_bytes,
         });
     }
-    let host = crate::host::host_memory(&a.graph, &searched.plan, &sim);
+    let mut bufs = crate::host::host_buffers(&a.graph, &searched.plan, &sim);
+    bufs.extend(crate::hosting::buffers(hosted, &sim, times));
+    let host = crate::host::host_timeline(&bufs);
     if host.peak_bytes > opts.host_budget {
         return Err(PlanError::HostBudget {
             host_budget: opts.host_budget,
@@ -221,7 +306,9 @@ fn check_fits(
     Ok(Judged { sim, host })
 }
 
-/// Phase 8, the report: the plan schema (`schema.rs`), names for people.
+/// Phase 8, the report: the plan schema (`schema.rs`), names for people;
+/// the `hosted` lists' copies in the planned figures.
+#[allow(clippy::too_many_arguments)]
 fn report(
     a: &Analysis,
     dev: &DeviceModel,
@@ -230,9 +317,16 @@ fn report(
     sims: &Sims<'_>,
     searched: &Searched,
     judged: &Judged,
+    hosted: &[crate::hosting::Hostable],
 ) -> PlanReport {
     let g = &a.graph;
     let plan = &searched.plan;
+    let mut planned = Figures::of(g, &judged.sim, plan);
+    let copied = crate::hosting::total_bytes(hosted);
+    planned.bytes_d2h = planned.bytes_d2h.saturating_add(copied);
+    planned.bytes_h2d = planned.bytes_h2d.saturating_add(copied);
+    planned.host_peak_bytes = judged.host.peak_bytes;
+    planned.pinned_bytes = judged.host.pinned_bytes;
     PlanReport {
         schema_version: PLAN_SCHEMA_VERSION,
         strategy_requested: opts.strategy.name().into(),
@@ -244,7 +338,7 @@ fn report(
         loss: (g.loss != crate::graph::NONE).then(|| g.tensor_name(g.loss)),
         workspace: None,
         original: Figures::of(g, &sims.original, &Plan::default()),
-        planned: Figures::of(g, &judged.sim, plan),
+        planned,
         swaps: swap_decisions(g, plan),
         recomputes: recompute_decisions(g, plan, &costs.times),
         unknown_ops: costs.unknown_ops.clone(),
@@ -254,7 +348,7 @@ fn report(
         host_budget: opts.host_budget,
         host_timeline: judged.host.timeline.clone().into(),
         optimal: None,
-        hosted_accumulators: Vec::new(),
+        hosted_accumulators: crate::hosting::records(g, hosted),
     }
 }
 

@@ -20,12 +20,10 @@
 //!   [`crate::dtype`]): held from the node until its last reader, as every
 //!   tensor is.
 //!
-//! A loop accumulator the plan keeps on the host (its bodies copy each
-//! element to the host as it is pushed and back as it is popped:
-//! `python/hybridplan/accumulators.py`, recorded in the plan as
-//! [`crate::schema::HostedAccumulator`]) is stated with no held entry: its
-//! list holds 0 device bytes, and the copies, nodes of the bodies, are in
-//! each iteration's peak (`scratch_bytes`).
+//! A loop accumulator the planner may keep on the host is stated apart
+//! ([`crate::hosting`]): the bodies are stated with every list on the device,
+//! and the planner takes a hosted list's bytes off the device when it
+//! decides to host it.
 //!
 //! A node given a [`BodyMemory`] is flagged [`NodeFlags::BODY_KNOWN`]: the
 //! planner then plans around it ([`crate::api::check_supported`]); it is
@@ -148,7 +146,7 @@ pub(crate) fn type_lists(g: &mut Graph) {
 
 /// `count * elements * dtype size`, or `None` for an unknown dtype or
 /// dimension, or a product past 2^63.
-fn held_bytes(h: &Held) -> Option<u64> {
+pub(crate) fn held_bytes(h: &Held) -> Option<u64> {
     let dtype = DType::from_proto(h.dtype)?;
     if dtype.is_handle() {
         return None;

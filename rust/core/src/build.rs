@@ -100,6 +100,9 @@ pub struct BuildOptions {
     /// The memory of control-flow nodes' bodies, stated by the caller from
     /// the GraphDef's library ([`crate::body`]).
     pub bodies: Vec<crate::body::BodyMemory>,
+    /// The loop accumulators that can be kept on the host, stated by the
+    /// caller from the loops' bodies ([`crate::hosting`]).
+    pub hosting: Vec<crate::hosting::AccumulatorStatement>,
 }
 
 /// The error of an op that passes each data input through as the output

@@ -60,6 +60,15 @@ pub enum PlanError {
         budget: u64,
     },
 
+    /// A statement of a loop accumulator to keep on the host
+    /// (`hosting.rs`) that does not hold in the graph.
+    #[error("the accumulator statement of output {output} of loop '{node}' {reason}: state the accumulators from the same graph you plan (hybridplan.accumulators.statements)")]
+    Hosting {
+        node: String,
+        output: u32,
+        reason: String,
+    },
+
     /// An argument given by the caller is invalid.
     #[error("invalid argument: {0}")]
     InvalidArgument(String),

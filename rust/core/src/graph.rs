@@ -341,6 +341,9 @@ pub struct Graph {
     /// Scratch bytes each node holds while it runs, on top of its inputs
     /// and outputs ([`crate::workspace`]); empty when no node has any.
     pub workspace: Vec<u64>,
+    /// Loop accumulators the planner may keep on the host, largest first
+    /// ([`crate::hosting`]); empty for most graphs.
+    pub hostable: Vec<crate::hosting::Hostable>,
 }
 
 impl Graph {

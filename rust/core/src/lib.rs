@@ -16,6 +16,7 @@
 //! | device | [`device`] | device and host-link models, named presets |
 //! | cost | [`cost`] | op times: roofline from FLOPs and bytes, or a measured profile |
 //! | simulate | [`simulate`] | compute + D2H + H2D streams: step time, stall, peak, timeline ([`simulate::Simulator::run`], at a [`simulate::Detail`]) |
+//! | hosting | [`hosting`] | loop accumulators kept on the host: the checks, the model, the search |
 //! | plan | [`plan`] | candidates, units, options, the greedy, TFLMS, the strategies ([`plan::planner`]) |
 //! | all of it | [`api`] | bytes -> analysis -> plan -> simulated report, in one call |
 //! | export | [`export`] | the problem as plain data for exact solvers; an outside plan judged |
@@ -48,6 +49,7 @@ pub mod graph;
 #[cfg(any(test, feature = "testing"))]
 pub mod graphdef;
 pub mod host;
+pub mod hosting;
 pub(crate) mod inplace;
 pub mod liveness;
 pub(crate) mod nametable;

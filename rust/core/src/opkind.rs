@@ -85,6 +85,14 @@ pub const LIST_ADDS_ELEMENT: [(&str, usize); 2] =
 /// (the element is returned, the list holds one buffer less).
 pub const LIST_TAKES_ELEMENT: [&str; 1] = ["TensorListPopBack"];
 
+/// The op a `while_v2` forward loop fills an accumulator with, one element
+/// per iteration (element: input 1), and the op its gradient loop empties it
+/// with: the structure of a list that can be kept on the host
+/// ([`crate::hosting`], found in the bodies by `hybridplan.accumulators`).
+pub const ACCUMULATOR_PUSH: [&str; 1] = ["TensorListPushBack"];
+/// See [`ACCUMULATOR_PUSH`].
+pub const ACCUMULATOR_POP: [&str; 1] = ["TensorListPopBack"];
+
 /// `TensorList` ops whose list holds their input 0's buffer, sliced along
 /// dimension 0 (no copy, `list_kernels.h`): the list holds the input's bytes.
 pub const LIST_HOLDS_INPUT: [&str; 1] = ["TensorListFromTensor"];

@@ -454,13 +454,21 @@ fn place_events(
 ///
 /// # Errors
 /// [`PlanError::PlanVersion`] for a plan of another schema version,
-/// [`PlanError::InvalidArgument`] when the JSON is not a plan report or
-/// names a node or output `g` lacks.
+/// [`PlanError::InvalidArgument`] when the JSON is not a plan report,
+/// names a node or output `g` lacks, or keeps loop accumulators on the host.
 ///
 /// # Complexity
 /// O(plan size).
 pub fn plan_from_report(g: &Graph, report_json: &str) -> Result<(Plan, String, u64)> {
     let r = PlanReport::from_json(report_json)?;
+    if !r.hosted_accumulators.is_empty() {
+        return Err(PlanError::InvalidArgument(
+            "the plan keeps loop accumulators on the host (hosted_accumulators), which only \
+             the cpu-emulation rewrite writes and the replay's GPU runner cannot: plan the step \
+             for a GPU device model, whose plans keep them on the device"
+                .into(),
+        ));
+    }
     Ok((r.plan(g)?, r.strategy, r.budget))
 }
 

@@ -267,6 +267,17 @@ fn a_report_for_another_graph_is_refused() {
         .unwrap_err()
         .to_string();
     assert!(e.contains("another graph"), "{e}");
+    // A plan that keeps loop accumulators on the host is CPU emulation's only.
+    let mut hosted = report.clone();
+    hosted.swaps.clear();
+    hosted.hosted_accumulators = vec![hybridplan_core::schema::HostedAccumulator {
+        node: "while".into(),
+        output: 3,
+    }];
+    let e = replay::plan_from_report(&a.graph, &serde_json::to_string(&hosted).unwrap())
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("GPU device model"), "{e}");
     let e = replay::plan_from_report(&a.graph, "{\"schema_version\": 2, \"swaps\": 3}")
         .unwrap_err()
         .to_string();

@@ -32,7 +32,7 @@ pub fn to_py(py: Python<'_>, e: PlanError) -> PyErr {
             "HostBudgetError",
             Some((*host_budget, *best_host_peak, "host".to_string())),
         ),
-        PlanError::InvalidArgument(_) => ("InvalidArgumentError", None),
+        PlanError::InvalidArgument(_) | PlanError::Hosting { .. } => ("InvalidArgumentError", None),
         PlanError::PlanVersion { .. } => ("PlanVersionError", None),
     };
     raise(py, class, &msg, extra)

@@ -185,6 +185,22 @@ impl CoreAnalysis {
 /// scratch_bytes, [(output, branch, dtype, dims, count)])` (`core::body`).
 type Body = (String, u64, Vec<(u32, u32, i64, Vec<i64>, u64)>);
 
+/// A loop accumulator that can be kept on the host, as Python states it:
+/// `(forward loop, output, gradient loop, input, dtype, dims, count,
+/// shared_with, forward_scratch, gradient_scratch)` (`core::hosting`).
+type Accumulator = (
+    String,
+    u32,
+    String,
+    u32,
+    i64,
+    Vec<i64>,
+    u64,
+    Option<u32>,
+    u64,
+    u64,
+);
+
 /// The build options every function that reads a graph takes, as Python
 /// passes them; `workspace` names the kernels' scratch rule
 /// (`core::workspace::WorkspaceRule::parse`; none when absent).
@@ -195,6 +211,7 @@ struct BuildArgs {
     workspace: Option<String>,
     workspace_profile: Option<Vec<(String, u64)>>,
     bodies: Option<Vec<Body>>,
+    hosting: Option<Vec<Accumulator>>,
 }
 
 impl BuildArgs {
@@ -206,6 +223,7 @@ impl BuildArgs {
             || self.workspace.is_some()
             || self.workspace_profile.is_some()
             || self.bodies.is_some()
+            || self.hosting.is_some()
     }
 
     /// The core's build options.
@@ -241,7 +259,30 @@ impl BuildArgs {
                         .collect(),
                 })
                 .collect(),
+            hosting: self
+                .hosting
+                .unwrap_or_default()
+                .into_iter()
+                .map(accumulator)
+                .collect(),
         })
+    }
+}
+
+/// The core's statement of one accumulator.
+fn accumulator(a: Accumulator) -> core::hosting::AccumulatorStatement {
+    let (forward, output, gradient, input, dtype, dims, count, shared_with, fs, gs) = a;
+    core::hosting::AccumulatorStatement {
+        forward,
+        output,
+        gradient,
+        input,
+        dtype,
+        dims,
+        count,
+        shared_with,
+        forward_scratch: fs,
+        gradient_scratch: gs,
     }
 }
 
@@ -273,7 +314,7 @@ impl ModelArgs {
 
 /// Decodes a serialized GraphDef and analyses it.
 #[pyfunction]
-#[pyo3(signature = (data, loss=None, persistent_bytes=None, separate_buffers=false, workspace=None, workspace_profile=None, bodies=None))]
+#[pyo3(signature = (data, loss=None, persistent_bytes=None, separate_buffers=false, workspace=None, workspace_profile=None, bodies=None, hosting=None))]
 #[allow(clippy::too_many_arguments)]
 fn analyze(
     py: Python<'_>,
@@ -284,6 +325,7 @@ fn analyze(
     workspace: Option<String>,
     workspace_profile: Option<Vec<(String, u64)>>,
     bodies: Option<Vec<Body>>,
+    hosting: Option<Vec<Accumulator>>,
 ) -> PyResult<CoreAnalysis> {
     let build = BuildArgs {
         loss,
@@ -292,6 +334,7 @@ fn analyze(
         workspace: workspace.clone(),
         workspace_profile,
         bodies,
+        hosting,
     };
     let inner = run(py, move || core::analyze(data, &build.options()?))?;
     Ok(CoreAnalysis { inner, workspace })
@@ -357,7 +400,7 @@ impl<'a> Source<'a> {
     ) -> core::Result<T> {
         match self.graph {
             Given::Analysis(_) if self.build.given() => Err(core::PlanError::InvalidArgument(
-                "the graph is an analysis, which holds its build options: give loss, persistent_bytes, separate_buffers, workspace, workspace_profile and bodies to analyze() instead".into(),
+                "the graph is an analysis, which holds its build options: give loss, persistent_bytes, separate_buffers, workspace, workspace_profile, bodies and hosting to analyze() instead".into(),
             )),
             Given::Analysis(a) => f(&a.inner, &self.model.device()?, &self.model.profile),
             Given::Bytes(b) => {
@@ -469,7 +512,7 @@ impl CorePlan {
 
 /// Plans a graph (serialized GraphDef bytes or an analysis) under a budget.
 #[pyfunction]
-#[pyo3(signature = (data, budget, strategy="hybrid", device="v100-nvlink2", device_json=None, loss=None, persistent_bytes=None, min_bytes=65536, profile=None, tflms=None, select=None, separate_buffers=false, workspace=None, workspace_profile=None, host_budget=None, bodies=None))]
+#[pyo3(signature = (data, budget, strategy="hybrid", device="v100-nvlink2", device_json=None, loss=None, persistent_bytes=None, min_bytes=65536, profile=None, tflms=None, select=None, separate_buffers=false, workspace=None, workspace_profile=None, host_budget=None, bodies=None, hosting=None))]
 #[allow(clippy::too_many_arguments)]
 fn plan(
     py: Python<'_>,
@@ -489,6 +532,7 @@ fn plan(
     workspace_profile: Option<Vec<(String, u64)>>,
     host_budget: Option<u64>,
     bodies: Option<Vec<Body>>,
+    hosting: Option<Vec<Accumulator>>,
 ) -> PyResult<CorePlan> {
     let build = BuildArgs {
         loss,
@@ -497,6 +541,7 @@ fn plan(
         workspace,
         workspace_profile,
         bodies,
+        hosting,
     };
     let src = Source::new(data, build, ModelArgs::new(device, device_json, profile));
     let workspace = src.workspace();
@@ -610,6 +655,7 @@ fn export_problem(
         workspace,
         workspace_profile,
         bodies,
+        hosting: None,
     };
     let src = Source::new(data, build, ModelArgs::new(device, device_json, profile));
     run(py, move || {
@@ -646,6 +692,7 @@ fn simulate_plan(
         workspace,
         workspace_profile,
         bodies,
+        hosting: None,
     };
     let src = Source::new(data, build, ModelArgs::new(device, device_json, profile));
     let workspace = src.workspace();
@@ -685,6 +732,7 @@ fn replay(
         workspace,
         workspace_profile,
         bodies,
+        hosting: None,
     };
     let src = Source::new(data, build, ModelArgs::new(device, device_json, profile));
     let report_json = report_json.to_string();
@@ -723,7 +771,9 @@ fn op_facts(op: &str) -> (bool, bool, bool, Option<&'static str>) {
 fn op_table<'py>(py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
     use core::opkind as k;
     let d = PyDict::new(py);
-    let sets: [(&str, &[&str]); 16] = [
+    let sets: [(&str, &[&str]); 18] = [
+        ("accumulator_push", &k::ACCUMULATOR_PUSH),
+        ("accumulator_pop", &k::ACCUMULATOR_POP),
         ("conditionals", &k::CONDITIONALS),
         ("loops", &k::ONE_OP_LOOPS),
         ("list_takes_element", &k::LIST_TAKES_ELEMENT),

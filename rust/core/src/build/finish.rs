@@ -48,6 +48,7 @@ pub(crate) fn finish(
         overrides.push((v, *bytes));
     }
     g.workspace = crate::workspace::table(g, opts.workspace, &overrides);
+    g.hostable = crate::hosting::resolve(g, &opts.hosting, &lookup)?;
     check_total_bytes(g)?;
     Ok(())
 }
