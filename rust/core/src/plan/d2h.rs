@@ -52,7 +52,7 @@ impl D2hQueue {
     /// end behind the jobs at positions `<= p`.
     pub(crate) fn end_if_added(&self, p: usize, ready: f64, d: f64) -> f64 {
         let p = p.min(self.len - 1);
-        let free = self.range_max(1, 0, self.len - 1, p) + self.prefix(p);
+        let free = self.range_max(p) + self.prefix(p);
         ready.max(free) + d
     }
 
@@ -119,18 +119,33 @@ impl D2hQueue {
         self.max[node] = self.max[2 * node].max(self.max[2 * node + 1]) + self.lazy[node];
     }
 
-    /// The maximum over positions `0..=q`.
-    fn range_max(&self, node: usize, lo: usize, hi: usize, q: usize) -> f64 {
-        if q >= hi {
-            return self.max[node];
+    /// The maximum over positions `0..=q`: down the path to `q` (the nodes
+    /// right of it left out), then back up adding each node's pending add,
+    /// the same operations in the same order as a recursive walk. No
+    /// recursion and no stack: a node's parent is `node / 2`, and the walk
+    /// went right there when `node` is odd. O(log N).
+    fn range_max(&self, q: usize) -> f64 {
+        let (mut node, mut lo, mut hi) = (1usize, 0usize, self.len - 1);
+        while q < hi {
+            let mid = (lo + hi) / 2;
+            if q > mid {
+                node = 2 * node + 1;
+                lo = mid + 1;
+            } else {
+                node *= 2;
+                hi = mid;
+            }
         }
-        let mid = (lo + hi) / 2;
-        let m = if q <= mid {
-            self.range_max(2 * node, lo, mid, q)
-        } else {
-            self.max[2 * node].max(self.range_max(2 * node + 1, mid + 1, hi, q))
-        };
-        m + self.lazy[node]
+        let mut m = self.max[node];
+        while node > 1 {
+            let right = node & 1 == 1;
+            node /= 2;
+            if right {
+                m = self.max[2 * node].max(m);
+            }
+            m += self.lazy[node];
+        }
+        m
     }
 }
 
