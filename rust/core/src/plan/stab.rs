@@ -12,9 +12,13 @@
 //! O(C log N) entries for C intervals over N positions, placed by counting
 //! (one pass counts each node's entries, a second writes them in score
 //! order) after one sort of the intervals by score (O(C log C + C log N +
-//! N)). A query walks one leaf-to-root path, O(log N), plus the entries it
-//! discards; an entry is discarded once, so all queries together cost
-//! O((Q + C) log N). [`Stab::reset`] restores every entry in O(N).
+//! N)). A query walks one leaf-to-root path, O(log N), and checks the
+//! path's head entries best first: one check, the one answered, plus the
+//! entries it discards, each O(log N) to find among the heads; an entry is
+//! discarded once, so all queries together cost O((Q + C) log N) time and
+//! Q + C validity checks (a check may cost more than the walk: the
+//! greedy's asks the engine's queue). [`Stab::reset`] restores every
+//! entry in O(N).
 
 use super::memtree::tree_size;
 
@@ -80,7 +84,12 @@ impl Stab {
 
     /// The best option covering `p` for which `valid` holds. Options found
     /// invalid are dropped for good, so `valid` must be monotone (once
-    /// false, always false).
+    /// false, always false). Each node on `p`'s path holds its entries best
+    /// first, so the answer is the best of the nodes' first valid entries:
+    /// the heads are checked best first (score, then id) and the first one
+    /// valid is the answer, an invalid one giving way to the next entry of
+    /// its node. `valid` is called only on the heads so checked: once for
+    /// the answer, once for each entry dropped.
     pub(crate) fn best(
         &mut self,
         p: usize,
@@ -90,27 +99,41 @@ impl Stab {
         if p >= self.len {
             return None;
         }
-        let mut best: Option<u32> = None;
+        // The path's nodes with entries left (a perfect tree of at most
+        // 2^63 leaves: at most 64 levels).
+        let mut heads = [0usize; 64];
+        let mut k = 0;
         let mut node = self.leaves + p;
         while node > 0 {
-            let end = self.off[node + 1];
-            let cur = &mut self.cursor[node];
-            while *cur < end && !valid(self.ids[*cur as usize]) {
-                *cur += 1;
-            }
-            if *cur < end {
-                let id = self.ids[*cur as usize];
-                let better = best.is_none_or(|b| {
-                    score[id as usize] > score[b as usize]
-                        || (score[id as usize] == score[b as usize] && id < b)
-                });
-                if better {
-                    best = Some(id);
-                }
+            if self.cursor[node] < self.off[node + 1] {
+                heads[k] = node;
+                k += 1;
             }
             node /= 2;
         }
-        best
+        let better = |a: u32, b: u32| {
+            score[a as usize] > score[b as usize]
+                || (score[a as usize] == score[b as usize] && a < b)
+        };
+        loop {
+            let mut top: Option<(usize, u32)> = None;
+            for (i, &n) in heads[..k].iter().enumerate() {
+                let id = self.ids[self.cursor[n] as usize];
+                if top.is_none_or(|(_, b)| better(id, b)) {
+                    top = Some((i, id));
+                }
+            }
+            let (i, id) = top?;
+            if valid(id) {
+                return Some(id);
+            }
+            let n = heads[i];
+            self.cursor[n] += 1;
+            if self.cursor[n] == self.off[n + 1] {
+                k -= 1;
+                heads[i] = heads[k];
+            }
+        }
     }
 }
 
