@@ -60,9 +60,9 @@ impl D2hQueue {
     pub(crate) fn add(&mut self, p: usize, ready: f64, d: f64) {
         let p = p.min(self.len - 1);
         let v = ready - if p == 0 { 0.0 } else { self.prefix(p - 1) };
-        self.raise(1, 0, self.len - 1, p, v);
+        self.raise(p, v);
         if p + 1 < self.len {
-            self.add_range(1, 0, self.len - 1, p + 1, -d);
+            self.add_range(p + 1, -d);
         }
         let mut i = p + 1;
         while i <= self.len {
@@ -82,41 +82,64 @@ impl D2hQueue {
         s
     }
 
-    /// Leaf `p` becomes at least `v`.
-    fn raise(&mut self, node: usize, lo: usize, hi: usize, p: usize, v: f64) {
-        if lo == hi {
-            self.max[node] = self.max[node].max(v);
-            return;
+    /// Leaf `p` becomes at least `v`: down the path to it, each node's
+    /// pending add pushed to its children (so the leaf holds its true
+    /// value), then back up, each node the maximum of its children.
+    fn raise(&mut self, p: usize, v: f64) {
+        let (mut node, mut lo, mut hi) = (1usize, 0usize, self.len - 1);
+        while lo < hi {
+            let mid = (lo + hi) / 2;
+            let z = std::mem::take(&mut self.lazy[node]);
+            for c in [2 * node, 2 * node + 1] {
+                self.max[c] += z;
+                self.lazy[c] += z;
+            }
+            if p <= mid {
+                node *= 2;
+                hi = mid;
+            } else {
+                node = 2 * node + 1;
+                lo = mid + 1;
+            }
         }
-        let mid = (lo + hi) / 2;
-        // Push the pending add down so the leaf holds its true value.
-        let z = std::mem::take(&mut self.lazy[node]);
-        for c in [2 * node, 2 * node + 1] {
-            self.max[c] += z;
-            self.lazy[c] += z;
+        self.max[node] = self.max[node].max(v);
+        while node > 1 {
+            node /= 2;
+            self.max[node] = self.max[2 * node].max(self.max[2 * node + 1]);
         }
-        if p <= mid {
-            self.raise(2 * node, lo, mid, p, v);
-        } else {
-            self.raise(2 * node + 1, mid + 1, hi, p, v);
-        }
-        self.max[node] = self.max[2 * node].max(self.max[2 * node + 1]);
     }
 
-    /// Adds `d` to every position `>= from`.
-    fn add_range(&mut self, node: usize, lo: usize, hi: usize, from: usize, d: f64) {
-        if hi < from {
-            return;
+    /// Adds `d` to every position `>= from` (`0 < from < len`): down the
+    /// path of the nodes the range covers in part, each right child
+    /// covered whole taking the add, then back up, each node of the path
+    /// the maximum of its children plus its pending add.
+    fn add_range(&mut self, from: usize, d: f64) {
+        debug_assert!(0 < from && from < self.len);
+        let (mut node, mut lo, mut hi) = (1usize, 0usize, self.len - 1);
+        loop {
+            let mid = (lo + hi) / 2;
+            if from <= mid + 1 {
+                let c = 2 * node + 1;
+                self.max[c] += d;
+                self.lazy[c] += d;
+            }
+            if from <= mid {
+                node *= 2;
+                hi = mid;
+            } else if from == mid + 1 {
+                break;
+            } else {
+                node = 2 * node + 1;
+                lo = mid + 1;
+            }
         }
-        if from <= lo {
-            self.max[node] += d;
-            self.lazy[node] += d;
-            return;
+        loop {
+            self.max[node] = self.max[2 * node].max(self.max[2 * node + 1]) + self.lazy[node];
+            if node == 1 {
+                break;
+            }
+            node /= 2;
         }
-        let mid = (lo + hi) / 2;
-        self.add_range(2 * node, lo, mid, from, d);
-        self.add_range(2 * node + 1, mid + 1, hi, from, d);
-        self.max[node] = self.max[2 * node].max(self.max[2 * node + 1]) + self.lazy[node];
     }
 
     /// The maximum over positions `0..=q`: down the path to `q` (the nodes
