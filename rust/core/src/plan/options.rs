@@ -243,6 +243,9 @@ pub(crate) struct Work {
     /// Per tensor: marked (all `false` between uses): the buffers one
     /// option frees, or the owners of its inputs already counted.
     mark: Vec<bool>,
+    /// Per node: [`triggered_link`] once known (`LINK_UNKNOWN` before):
+    /// a segment's nodes are cloned by several options.
+    link: Vec<u8>,
     /// The unit's candidates, then those idle across one clone time
     /// (indices into `cands`).
     saved: Vec<u32>,
@@ -267,6 +270,7 @@ impl Work {
         Work {
             in_unit: vec![false; g.num_nodes()],
             mark: vec![false; g.num_tensors()],
+            link: vec![LINK_UNKNOWN; g.num_nodes()],
             saved: Vec::new(),
             set: Vec::new(),
             early: Vec::new(),
@@ -389,7 +393,12 @@ pub(crate) fn recompute_options(
             continue;
         };
         clone_set(ctx, nodes, cands, work);
-        if work.clones.iter().any(|&v| triggered_link(g, v)) {
+        let link = &mut work.link;
+        if work
+            .clones
+            .iter()
+            .any(|&v| triggered_link_known(g, link, v))
+        {
             continue;
         }
         if let Some(r) = finish_recompute(ctx, unit, trigger, cands, work) {
@@ -463,6 +472,25 @@ fn triggers(
         *slot = t;
     }
     scored.len()
+}
+
+/// [`triggered_link`] not known yet, known false, known true.
+const LINK_UNKNOWN: u8 = 0;
+const LINK_NO: u8 = 1;
+const LINK_YES: u8 = 2;
+
+/// [`triggered_link`] of `v`, worked out on the first call and kept in
+/// `link`. O(1) after the first call for `v`.
+fn triggered_link_known(g: &Graph, link: &mut [u8], v: u32) -> bool {
+    let known = &mut link[v as usize];
+    if *known == LINK_UNKNOWN {
+        *known = if triggered_link(g, v) {
+            LINK_YES
+        } else {
+            LINK_NO
+        };
+    }
+    *known == LINK_YES
 }
 
 /// Whether the clone of `v` would take the trigger's control edge itself
