@@ -344,19 +344,20 @@ pub(crate) fn recompute_options(
     }
     let (in_unit, saved) = (&work.in_unit, &mut work.saved);
     saved.clear();
-    saved.extend(
-        nodes
-            .iter()
-            .flat_map(|&v| g.outputs(v))
-            .map(|t| gap_of[t as usize])
-            .filter(|&i| {
-                cands.get(i as usize).is_some_and(|c| {
-                    c.owner != rule.kept
-                        && (!rule.backward_only || g.phase[c.late[0].1 as usize] != Phase::Forward)
-                        && (c.tensor == c.owner || in_unit[ctx.producer[c.owner as usize] as usize])
-                })
-            }),
-    );
+    for &v in nodes {
+        for t in g.outputs(v) {
+            let i = gap_of[t as usize];
+            let Some(c) = cands.get(i as usize) else {
+                continue;
+            };
+            if c.owner != rule.kept
+                && (!rule.backward_only || g.phase[c.late[0].1 as usize] != Phase::Forward)
+                && (c.tensor == c.owner || in_unit[ctx.producer[c.owner as usize] as usize])
+            {
+                saved.push(i);
+            }
+        }
+    }
     if saved.len() > MAX_TENSORS_PER_OPTION {
         // Keep the largest (ties: lowest id), so `triggers` stays O(1) per unit.
         saved.sort_by(|&a, &b| {
@@ -368,25 +369,23 @@ pub(crate) fn recompute_options(
     let mut times = [0u32; TRIGGERS_PER_UNIT];
     let k = triggers(cands, work, &mut times);
     for &ideal in &times[..k] {
-        let (saved, set) = (&work.saved, &mut work.set);
+        // The candidates idle across the clone time, the latest of their
+        // early reads, and their late readers.
+        let Work {
+            saved, set, buf, ..
+        } = &mut *work;
         set.clear();
-        set.extend(
-            saved
-                .iter()
-                .copied()
-                .filter(|&i| idle(&cands[i as usize], ideal)),
-        );
-        let lowest = (set.iter())
-            .map(|&i| cands[i as usize].last_early)
-            .max()
-            .unwrap_or(0)
-            + 1;
-        let buf = &mut work.buf;
         buf.clear();
-        buf.extend(
-            set.iter()
-                .flat_map(|&i| cands[i as usize].late.iter().map(|&(_, n)| n)),
-        );
+        let mut lowest = 0;
+        for &i in saved.iter() {
+            let c = &cands[i as usize];
+            if idle(c, ideal) {
+                set.push(i);
+                lowest = lowest.max(c.last_early);
+                buf.extend(c.late.iter().map(|&(_, n)| n));
+            }
+        }
+        let lowest = lowest + 1;
         buf.sort_unstable();
         buf.dedup();
         let Some(trigger) = safe_trigger_sorted(g, ctx.s, ideal, lowest, buf) else {
