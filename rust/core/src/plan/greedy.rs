@@ -21,7 +21,8 @@
 //! O((S + R) log^2 N) for S swap and R recompute options after the
 //! O(C log C + C log N + N) index build (once per pool, `Index`; O(N) to
 //! restore it for another run): each step is one max query, one stabbing
-//! query (amortised O(log N) entries, each checked in O(log N) against the
+//! query (the heads of the point's path checked best first: the one taken
+//! and, amortised, those dropped, each checked in O(log N) against the
 //! engine's queue) and O(k log N) range updates for an option touching k
 //! tensors.
 
@@ -47,10 +48,11 @@ pub struct Chosen {
     /// Peak of the position model after the choices (bytes) and where.
     pub model_peak: u64,
     pub model_peak_pos: u32,
-    /// Whether a recompute option was ever found valid (whether or not it
-    /// was chosen). When none was, the run made exactly the choices a run
-    /// on the same index with the swaps alone makes: every recompute entry
-    /// it looked at was dropped, as that run drops it.
+    /// Whether a recompute option was ever found valid (the stabbing
+    /// query checks entries best first and takes the first valid one, so
+    /// such an option was chosen). When none was, the run made exactly the
+    /// choices a run on the same index with the swaps alone makes: every
+    /// recompute entry it looked at was dropped, as that run drops it.
     pub recompute_seen: bool,
 }
 
