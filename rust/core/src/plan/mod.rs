@@ -110,3 +110,4 @@ pub(crate) mod stab;
 pub mod tflms;
 mod tflms_grid;
 pub(crate) mod trigger;
+mod wait;

@@ -244,23 +244,7 @@ impl<'a> Planner<'a> {
     ) -> Result<Self> {
         let selected = opts.selection.mask(ctx.g)?;
         let cands = swap_candidates(ctx.g, ctx.s, ctx.l, opts.min_gap, opts.min_bytes);
-        let mut swaps = Vec::new();
-        let mut swap_tensor = Vec::new();
-        for (i, c) in cands.iter().enumerate() {
-            let producer = ctx.g.tensors[c.owner as usize].node as usize;
-            if selected.as_ref().is_some_and(|m| !m[producer]) {
-                continue;
-            }
-            let grouped = swap_option(ctx, i, c, false);
-            let split = (c.late.len() > 1)
-                .then(|| swap_option(ctx, i, c, true))
-                .flatten()
-                .filter(|s| Some(s) != grouped.as_ref());
-            for o in grouped.into_iter().chain(split) {
-                swap_tensor.push(c.owner);
-                swaps.push(o);
-            }
-        }
+        let (swaps, swap_tensor) = swap_options(ctx, &cands, selected.as_deref(), swap_option);
         let cuts = cut_segments(ctx.g, ctx.s, ctx.l, opts.min_bytes, Made::Plumbing);
         let mut recs = recompute_options(ctx, &cands, &cuts);
         let base_recs = recs.len();
@@ -436,9 +420,12 @@ impl<'a> Planner<'a> {
                         }
                     })
                     .collect();
+                let (release, gate) = o
+                    .wait
+                    .map_or((NONE, NONE), |(at, gate)| (order[at as usize], gate));
                 Swap {
-                    release: NONE,
-                    gate: NONE,
+                    release,
+                    gate,
                     tensor: cand.tensor,
                     after: self.ctx.g.tensors[cand.tensor as usize].node,
                     ins,
@@ -465,6 +452,36 @@ impl<'a> Planner<'a> {
     pub fn num_options(&self) -> (usize, usize) {
         (self.swaps.len(), self.recs.len())
     }
+}
+
+/// The swap options `place` makes of the candidates whose producer is
+/// selected (`None`: all are), grouped and, for a candidate read late more
+/// than once, split at every gap too when that differs; with each option's
+/// buffer. O(C) calls of `place`.
+pub(super) fn swap_options(
+    ctx: &Ctx<'_>,
+    cands: &[SwapCandidate],
+    selected: Option<&[bool]>,
+    place: fn(&Ctx<'_>, usize, &SwapCandidate, bool) -> Option<SwapOpt>,
+) -> (Vec<SwapOpt>, Vec<u32>) {
+    let mut swaps = Vec::new();
+    let mut swap_tensor = Vec::new();
+    for (i, c) in cands.iter().enumerate() {
+        let producer = ctx.g.tensors[c.owner as usize].node as usize;
+        if selected.is_some_and(|m| !m[producer]) {
+            continue;
+        }
+        let grouped = place(ctx, i, c, false);
+        let split = (c.late.len() > 1)
+            .then(|| place(ctx, i, c, true))
+            .flatten()
+            .filter(|s| Some(s) != grouped.as_ref());
+        for o in grouped.into_iter().chain(split) {
+            swap_tensor.push(c.owner);
+            swaps.push(o);
+        }
+    }
+    (swaps, swap_tensor)
 }
 
 /// Keeps the faster of `best` and `p` (ties: `best`).
