@@ -10,7 +10,8 @@
 //!   parameter grid judged by the simulator (graphs up to `grid_max_nodes`;
 //!   TFLMS's defaults beyond).
 //! - `swap` (`portfolio.rs`): the faster of the peak-driven greedy over
-//!   swaps (`fit.rs` around `greedy.rs`) and `tflms`; with TFLMS
+//!   swaps (`fit.rs` around `greedy.rs`) and `tflms`; when neither fits,
+//!   the greedy over swaps the step waits for (`wait.rs`); with TFLMS
 //!   parameters given, exactly TFLMS. The baseline every other strategy is
 //!   compared with.
 //! - `recompute` (`fit.rs`): recomputes of units only (`partition.rs`),
@@ -25,6 +26,11 @@
 //!   Chen's and the "blocks" plans (`spans.rs`), and the published loop
 //!   started from the `swap` and the TFLMS plans. So `hybrid` is never
 //!   slower than any other strategy.
+//!
+//! When `swap` or `hybrid` finds nothing, the least-peak plan of the same
+//! strategy run as if asked for one byte is taken if it fits (`replayed`):
+//! the smallest peak a strategy reports for one byte is then a budget at
+//! which it finds a plan.
 //!
 //! # The model
 //! Every strategy proposes whole plans; the judge (the simulator, given by
@@ -315,7 +321,39 @@ impl<'a> Planner<'a> {
             Strategy::Tflms => self.tflms_tuned(),
             Strategy::Hybrid => self.hybrid(),
         };
-        result.ok_or_else(|| self.budget_error())
+        result
+            .or_else(|| self.replayed())
+            .ok_or_else(|| self.budget_error())
+    }
+
+    /// When `swap` or `hybrid` finds nothing: the strategy run again as if
+    /// asked for one byte (a planner of its own on the same judge), and the
+    /// plan of least peak it judged (within the host budget), if that fits.
+    /// A strategy's rounds depend on the budget; the one-byte run's are
+    /// those that gave the smallest peak it reports, so that peak is a
+    /// budget at which a plan is found. Its least peak counts as a failure
+    /// here too. O(the one-byte run).
+    fn replayed(&self) -> Option<Planned> {
+        let who = self.opts.strategy.name();
+        if !matches!(self.opts.strategy, Strategy::Swap | Strategy::Hybrid) || self.opts.budget <= 1
+        {
+            return None;
+        }
+        let opts = PlanOptions {
+            budget: 1,
+            ..self.opts.clone()
+        };
+        let one = Planner::new(self.ctx, &opts, self.judge).ok()?;
+        let _ = one.run();
+        self.evals.set(self.evals.get() + one.evals.get());
+        let (plan, v) = (one.judged.into_inner().into_iter())
+            .filter(|(p, v)| !p.is_empty() && v.host_peak_bytes <= self.opts.host_budget)
+            .min_by_key(|(_, v)| v.peak_bytes)?;
+        if !self.fits(&v) {
+            self.note_fail(v.peak_bytes, who);
+            return None;
+        }
+        Some(self.planned(plan, v, who))
     }
 
     pub(super) fn planned(&self, plan: Plan, verdict: SimResult, strategy: &str) -> Planned {

@@ -99,11 +99,11 @@ pub(crate) fn set_releases(g: &Graph, s: &Schedule, plan: &mut Plan, sim: &SimRe
 }
 
 /// The release node and gate for a swap of a forward tensor made by `x`
-/// that waits for its copy from schedule position `from` on (`fit_waiting`
-/// in `fit.rs`): the first op there that [`set_releases`] would take for a
-/// copy ending just before it, so that the release it sets on the finished
-/// plan is this node or an earlier one whose start the wait already
-/// delays. `None`: none within `MAX_WALK` ops, or `x` is not a forward op.
+/// that waits for its copy from schedule position `from` on (`wait.rs`):
+/// the first op there that [`set_releases`] would take for a copy ending
+/// just before it, so that the release it sets on the finished plan is
+/// this node or an earlier one whose start the wait already delays.
+/// `None`: none within `MAX_WALK` ops, or `x` is not a forward op.
 /// O(W * d) for a walk of W ops of in-degree d.
 pub(crate) fn forward_release(g: &Graph, s: &Schedule, x: u32, from: usize) -> Option<(u32, u32)> {
     if g.phase.get(x as usize) != Some(&Phase::Forward) {
