@@ -13,7 +13,8 @@
 //! Swap-outs queue on the device-to-host engine (`d2h.rs`): a swap is
 //! chosen for a peak only if, behind the swap-outs already chosen, its copy
 //! ends before that peak, and its original is freed from where it really
-//! ends. A peak no remaining option covers is set aside and the next highest
+//! ends. A swap that the step waits for (`SwapOpt::wait`) is gone from its
+//! release node on, wherever its copy ends. A peak no remaining option covers is set aside and the next highest
 //! position is lowered (at most 64 positions are set aside). Stops when
 //! every position not set aside meets the target.
 //!
@@ -336,6 +337,9 @@ fn feed(
 /// ahead of it on the engine: after its last early read and the position
 /// at whose start its copy has ended.
 fn queued_keep_until(ctx: &Ctx<'_>, st: &State, o: &SwapOpt, c: &SwapCandidate) -> u32 {
+    if o.wait.is_some() {
+        return o.keep_until; // the step waits for the copy at its release node
+    }
     let ready = ctx.start[c.produce as usize + 1];
     let mut end = st
         .d2h
@@ -354,6 +358,9 @@ fn queued_keep_until(ctx: &Ctx<'_>, st: &State, o: &SwapOpt, c: &SwapCandidate) 
 fn queue_allows(ctx: &Ctx<'_>, st: &State, o: &SwapOpt, c: &SwapCandidate, p: usize) -> bool {
     if p <= o.keep_until as usize || p <= c.last_early as usize {
         return false;
+    }
+    if o.wait.is_some() {
+        return true; // gone when its release node starts, wherever the copy ends
     }
     let ready = ctx.start[c.produce as usize + 1];
     let mut end = st

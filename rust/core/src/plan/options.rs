@@ -106,6 +106,11 @@ pub struct SwapOpt {
     pub transfer_s: f64,
     /// Recompute clones reading its swap-ins (`feed.rs`), set by the greedy.
     pub feeds: Vec<super::feed::Feed>,
+    /// A swap that the step waits for (`waiting_swap_option`): the position
+    /// of its release node, which does not start before the copy has ended,
+    /// and the node that takes the copy's control edge (`release.rs`).
+    /// `None`: the copy hides behind compute (`swap_option`).
+    pub wait: Option<(u32, u32)>,
 }
 
 impl SwapOpt {
@@ -133,6 +138,43 @@ pub(crate) fn swap_option(
     let d_out = ctx.link.d2h(c.bytes);
     let out_done = position_at(&ctx.start, out_start + d_out);
     let keep_until = c.last_early.max(out_done.saturating_sub(1));
+    placed_swap(ctx, cand, c, keep_until, split_all)
+}
+
+/// Places a swap that the step waits for: its release node is the first op
+/// after the original's last early reader that may take the copy's control
+/// edge (`release::forward_release`), and the original is gone when that
+/// op starts, however long the copy takes. The copy's time not hidden by
+/// the compute between the producer and the release node is exposed step
+/// time. `None` when it frees nothing or the tensor has no such release
+/// node (only tensors made in the forward pass do). O(log N + W * d) for
+/// the release walk (`release.rs`).
+pub(crate) fn waiting_swap_option(
+    ctx: &Ctx<'_>,
+    cand: usize,
+    c: &SwapCandidate,
+    split_all: bool,
+) -> Option<SwapOpt> {
+    let x = ctx.g.tensors[c.tensor as usize].node;
+    let from = c.last_early as usize + 1;
+    let (node, gate) = super::release::forward_release(ctx.g, ctx.s, x, from)?;
+    let at = ctx.s.pos[node as usize];
+    let mut o = placed_swap(ctx, cand, c, at.checked_sub(1)?, split_all)?;
+    let out_end = ctx.start[c.produce as usize + 1] + ctx.link.d2h(c.bytes);
+    o.exposed_s += (out_end - ctx.start[at as usize]).max(0.0);
+    o.wait = Some((at, gate));
+    Some(o)
+}
+
+/// A swap whose original stays until position `keep_until`, its swap-ins
+/// placed (`swap_option`). `None` when it frees nothing.
+fn placed_swap(
+    ctx: &Ctx<'_>,
+    cand: usize,
+    c: &SwapCandidate,
+    keep_until: u32,
+    split_all: bool,
+) -> Option<SwapOpt> {
     if keep_until + 1 >= c.first_late() {
         return None;
     }
@@ -157,7 +199,7 @@ pub(crate) fn swap_option(
         ins.push(PlacedSwapIn { trigger, lo, hi });
         lowest = c.late[hi - 1].0 + 1;
     }
-    let transfer_s = d_out + d_in * ins.len() as f64;
+    let transfer_s = ctx.link.d2h(c.bytes) + d_in * ins.len() as f64;
     Some(SwapOpt {
         cand,
         keep_until,
@@ -165,6 +207,7 @@ pub(crate) fn swap_option(
         exposed_s,
         transfer_s,
         feeds: Vec::new(),
+        wait: None,
     })
 }
 
