@@ -29,7 +29,8 @@ step "python: ruff, stubs"
 # pytest exits 5 when it collects no test; set -e turns that into a failure.
 for onednn in 0 1; do
     step "pytest, TF_ENABLE_ONEDNN_OPTS=$onednn"
-    TF_ENABLE_ONEDNN_OPTS=$onednn "$PY" -m pytest -q "$@"
+    # --durations=15: the 15 slowest tests of the run, to show where the time goes.
+    TF_ENABLE_ONEDNN_OPTS=$onednn "$PY" -m pytest -q --durations=15 "$@"
     if [ "$#" -eq 0 ]; then
         # The Keras-remat experiment's self-check (experiments/, so not under tests/).
         TF_ENABLE_ONEDNN_OPTS=$onednn "$PY" experiments/remat_compare.py --check

@@ -8,12 +8,13 @@ The search, shared by every strategy so that each traced graph is traced once an
 planned once per strategy still undecided at that size:
 
 * **Model.** At every size traced, each strategy's *smallest peak* is recorded: the
-  unplanned peak for "none", else the ``best_peak`` of a plan asked for one byte (or
-  of the plan that failed at the budget). It is taken as linear in ``size**dims``
+  unplanned peak for "none", else the ``best_peak`` of a plan asked for one byte, or
+  the peak of the plan that fits at the budget when that is lower (or the
+  ``best_peak`` of the plan that failed at the budget): a strategy fits at a size
+  exactly when that figure is within the budget. It is taken as linear in ``size**dims``
   (2 for images, 3 for volumes, 1 for a batch) through the two sizes traced nearest
   the crossing with the budget (interpolated when they straddle it, else extrapolated;
-  through the persistent bytes from one size). Measured on ResNet-50: it fits exactly
-  when that smallest peak is within the budget, at every size and strategy tried.
+  through the persistent bytes from one size).
 * **Calibrate.** Trace at ``start``; say how many probes are left (two per distinct
   predicted crossing) and about how long, from the first probe's time.
 * **Probe,** strategy by strategy from the smallest predicted crossing up (each probe
@@ -176,7 +177,8 @@ class _Prober:
         self.cache = cache
         self.results: dict[tuple[int, str], Any] = {}
         #: The smallest peak strategy s reaches at size n, fitting or not (bytes):
-        #: the unplanned peak for "none", else the ``best_peak`` of a plan at 1 byte.
+        #: the unplanned peak for "none", else the ``best_peak`` of a plan at 1 byte, or
+        #: the peak of the plan that fits at the budget when lower (``_plan``).
         self.reach: dict[tuple[int, str], int] = {}
         #: (peak, persistent bytes) of the unplanned step at each size traced.
         self.peaks: dict[int, tuple[int, int]] = {}
@@ -248,12 +250,18 @@ class _Prober:
             return None
         # How far below the budget the strategy could go (the search's model): its
         # smallest peak, from a plan asked for one byte (planning is cheap next to a
-        # trace). Only the model uses it; whether a size fits is decided above.
+        # trace), or the peak of the plan that fits if that is lower (a strategy's
+        # rounds differ from budget to budget), so that at every size traced the
+        # strategy fits exactly when this figure is within the budget. Only the model
+        # uses it; whether a size fits is decided above.
         rest = {**self.rest(), "host_budget": None}
         try:
-            self.reach[(n, s)] = plan(data, 1, strategy=s, loss=loss, **rest).planned["peak_bytes"]
+            least = plan(data, 1, strategy=s, loss=loss, **rest).planned["peak_bytes"]
         except BudgetError as e:
-            self.reach[(n, s)] = e.best_peak
+            least = e.best_peak
+        if found is not None:
+            least = min(least, found["peak_bytes"])
+        self.reach[(n, s)] = least
         return found
 
     def predict(self, s: str, dims: int) -> float | None:

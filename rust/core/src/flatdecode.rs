@@ -183,27 +183,43 @@ pub(crate) fn decode<'a>(
 #[cold]
 #[inline(never)]
 pub(crate) fn name_in_input(bytes: &[u8], index: usize) -> Option<&[u8]> {
+    node_fields(bytes, index, 1)?.pop()
+}
+
+/// The input references of node `index` of `bytes`, in `NodeDef` order,
+/// for an error about them; `None` as for [`name_in_input`].
+///
+/// # Complexity
+/// O(bytes), as [`name_in_input`].
+#[cold]
+#[inline(never)]
+pub(crate) fn inputs_in_input(bytes: &[u8], index: usize) -> Option<Vec<&[u8]>> {
+    node_fields(bytes, index, 3)
+}
+
+/// Every length-delimited field `field` of node `index` of `bytes`, in order.
+fn node_fields(bytes: &[u8], index: usize, field: u32) -> Option<Vec<&[u8]>> {
     let mut r = Scan::new(bytes);
     let mut seen = 0;
     while !r.at_end() {
-        let (field, wire) = r.key().ok()?;
-        if (field, wire) != (1, LEN) {
+        let (f, wire) = r.key().ok()?;
+        if (f, wire) != (1, LEN) {
             r.skip(wire).ok()?;
             continue;
         }
         let node = r.bytes().ok()?;
         if seen == index {
             let mut n = Scan::new(node);
-            let mut name = None;
+            let mut found = Vec::new();
             while !n.at_end() {
                 let (f, w) = n.key().ok()?;
-                if (f, w) == (1, LEN) {
-                    name = Some(n.bytes().ok()?);
+                if (f, w) == (field, LEN) {
+                    found.push(n.bytes().ok()?);
                 } else {
                     n.skip(w).ok()?;
                 }
             }
-            return name;
+            return Some(found);
         }
         seen += 1;
     }

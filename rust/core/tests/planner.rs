@@ -434,3 +434,59 @@ fn hybrid_skips_candidates_that_cannot_beat_its_best_plan() {
     assert!(!r.swaps.is_empty());
     assert_eq!(r.evaluations, 2, "the empty plan and the greedy's only");
 }
+
+/// A narrow residual graph on `h100-pcie5`, where compute outruns the link,
+/// and its budget at `percent` % of the activation peak (persistent bytes
+/// added).
+fn narrow_on_hopper(percent: u64) -> (Analysis, DeviceModel, u64) {
+    let a = graph(SynthKind::Narrow, 20, 8, 32);
+    let p = a.graph.persistent_bytes;
+    let budget = p + (a.liveness.peak_bytes - p) * percent / 100;
+    (a, preset("h100-pcie5").unwrap(), budget)
+}
+
+/// The smallest peak `s` reports when asked for one byte.
+fn smallest_peak(a: &Analysis, dev: &DeviceModel, s: Strategy) -> u64 {
+    match run(a, dev, s, 1) {
+        Err(PlanError::Budget { best_peak, .. }) => best_peak,
+        other => panic!(
+            "expected a budget error, got {:?}",
+            other.map(|o| o.report.planned)
+        ),
+    }
+}
+
+/// Where no plan of hidden copies fits (`swap`'s smallest peak there was 55%
+/// of the activations), `swap` waits for copies the link cannot hide
+/// (`plan/wait.rs`): at 30% its plan fits, the step waits for the link
+/// (longer than the unplanned step), and its release nodes hold the step
+/// until the copies end. Its smallest peak (12.5%) is a budget it meets.
+#[test]
+fn swap_waits_for_copies_a_slow_link_cannot_hide() {
+    let (a, dev, budget) = narrow_on_hopper(30);
+    let o = run(&a, &dev, Strategy::Swap, budget).expect("a waiting swap plan");
+    assert!(o.planned.peak_bytes <= budget);
+    assert!(o.plan.recomputes.is_empty());
+    assert!(o.planned.step_time_s > o.original.step_time_s * 1.01);
+    assert!(o
+        .plan
+        .swaps
+        .iter()
+        .all(|s| s.release != hybridplan_core::graph::NONE));
+    let least = smallest_peak(&a, &dev, Strategy::Swap);
+    assert!(least < budget, "{least} >= {budget}");
+    let o = run(&a, &dev, Strategy::Swap, least).expect("a plan at the reported peak");
+    assert!(o.planned.peak_bytes <= least);
+}
+
+/// `hybrid`'s greedy over hidden copies and recomputes stopped at 26% of the
+/// activations here; with waiting swaps and the forward units' recomputes
+/// (`plan/wait.rs`) it fits 20%.
+#[test]
+fn hybrid_waits_for_copies_a_slow_link_cannot_hide() {
+    let (a, dev, budget) = narrow_on_hopper(20);
+    let o = run(&a, &dev, Strategy::Hybrid, budget).expect("a waiting hybrid plan");
+    assert!(o.planned.peak_bytes <= budget);
+    assert!(!o.plan.swaps.is_empty());
+    assert!(o.planned.step_time_s > o.original.step_time_s * 1.01);
+}

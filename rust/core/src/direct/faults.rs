@@ -19,8 +19,8 @@
 //! 6. the first tensor whose size cannot be told ([`build::tensor_size`]);
 //! 7. the first node with an input that does not parse, names no node, or
 //!    reads an output its source lacks; within that node, the first such
-//!    input in NodeDef order when both a data and a control input name no
-//!    node, else the data input.
+//!    input in NodeDef order (a control input naming no node may come
+//!    before a bad data input in a mutated graph).
 //!
 //! The messages are those of the reference route.
 //!
@@ -246,19 +246,12 @@ impl Builder<'_> {
     #[inline(never)]
     pub(super) fn edge_fault(&self, g: &Graph, bad: Option<usize>) -> PlanError {
         let name = |n: u32| g.nodes[n as usize].name.as_str().to_owned();
-        // Where in the bytes each faulty input's name stands, when known: the
-        // reference walks a node's inputs in NodeDef order, control inputs
-        // too (TensorFlow wants them last, but a mutated graph may not).
-        let mut data_at: Option<usize> = None;
         let data = bad.map(|j| {
             let node = self.user_of(j as u32, false);
             let src = self.in_src[j];
             let e = if src == NONE {
                 match self.far.iter().find(|f| !f.control && f.at == j as u32) {
-                    Some(f) => {
-                        data_at = Some(f.name.as_ptr() as usize);
-                        missing(&name(node), f.name)
-                    }
+                    Some(f) => missing(&name(node), f.name),
                     None => match &self.faults.bad_input {
                         Some((_, _, e)) => e.clone(),
                         None => missing(&name(node), b""),
@@ -276,14 +269,20 @@ impl Builder<'_> {
             };
             (node, e)
         });
-        let mut control_at: Option<usize> = None;
-        let control = self.ctl_src.iter().position(|&s| s == NONE).map(|c| {
+        let bad_control = self.ctl_src.iter().position(|&s| s == NONE);
+        let control = bad_control.map(|c| {
             let node = self.user_of(c as u32, true);
             let f = self.far.iter().find(|f| f.control && f.at == c as u32);
-            control_at = f.map(|f| f.name.as_ptr() as usize);
             (node, missing(&name(node), f.map_or(&b""[..], |f| f.name)))
         });
-        let control_first_in_node = matches!((control_at, data_at), (Some(c), Some(d)) if c < d);
+        // The reference walks a node's inputs in NodeDef order, control
+        // inputs too (TensorFlow wants them last, but a mutated graph may not).
+        let control_first_in_node = match (bad, bad_control, &data, &control) {
+            (Some(j), Some(c), Some(d), Some(k)) if d.0 == k.0 => {
+                self.control_first(d.0, j as u32, c as u32)
+            }
+            _ => false,
+        };
         let first = match (data, control) {
             (Some(d), Some(c)) if c.0 < d.0 || (c.0 == d.0 && control_first_in_node) => c,
             (Some(d), _) => d,
@@ -294,6 +293,34 @@ impl Builder<'_> {
             ),
         };
         first.1
+    }
+}
+
+impl Builder<'_> {
+    /// Whether, among the inputs of `node` in `NodeDef` order, the control
+    /// input at `c` (of `ctl_src`) comes before the data input at `j` (of
+    /// `in_src`).
+    fn control_first(&self, node: u32, j: u32, c: u32) -> bool {
+        let data_k = (j - self.in_off[node as usize]) as usize;
+        let control_k = (c - self.ctl_off[node as usize]) as usize;
+        let Some(inputs) = flatdecode::inputs_in_input(self.input, node as usize) else {
+            return false;
+        };
+        let (mut data, mut control) = (0, 0);
+        for s in inputs {
+            if s.first() == Some(&b'^') {
+                if control == control_k {
+                    return true;
+                }
+                control += 1;
+            } else {
+                if data == data_k {
+                    return false;
+                }
+                data += 1;
+            }
+        }
+        false
     }
 }
 

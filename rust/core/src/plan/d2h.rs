@@ -52,7 +52,7 @@ impl D2hQueue {
     /// end behind the jobs at positions `<= p`.
     pub(crate) fn end_if_added(&self, p: usize, ready: f64, d: f64) -> f64 {
         let p = p.min(self.len - 1);
-        let free = self.range_max(1, 0, self.len - 1, p) + self.prefix(p);
+        let free = self.range_max(p) + self.prefix(p);
         ready.max(free) + d
     }
 
@@ -60,9 +60,9 @@ impl D2hQueue {
     pub(crate) fn add(&mut self, p: usize, ready: f64, d: f64) {
         let p = p.min(self.len - 1);
         let v = ready - if p == 0 { 0.0 } else { self.prefix(p - 1) };
-        self.raise(1, 0, self.len - 1, p, v);
+        self.raise(p, v);
         if p + 1 < self.len {
-            self.add_range(1, 0, self.len - 1, p + 1, -d);
+            self.add_range(p + 1, -d);
         }
         let mut i = p + 1;
         while i <= self.len {
@@ -82,55 +82,93 @@ impl D2hQueue {
         s
     }
 
-    /// Leaf `p` becomes at least `v`.
-    fn raise(&mut self, node: usize, lo: usize, hi: usize, p: usize, v: f64) {
-        if lo == hi {
-            self.max[node] = self.max[node].max(v);
-            return;
+    /// Leaf `p` becomes at least `v`: down the path to it, each node's
+    /// pending add pushed to its children (so the leaf holds its true
+    /// value), then back up, each node the maximum of its children.
+    fn raise(&mut self, p: usize, v: f64) {
+        let (mut node, mut lo, mut hi) = (1usize, 0usize, self.len - 1);
+        while lo < hi {
+            let mid = (lo + hi) / 2;
+            let z = std::mem::take(&mut self.lazy[node]);
+            for c in [2 * node, 2 * node + 1] {
+                self.max[c] += z;
+                self.lazy[c] += z;
+            }
+            if p <= mid {
+                node *= 2;
+                hi = mid;
+            } else {
+                node = 2 * node + 1;
+                lo = mid + 1;
+            }
         }
-        let mid = (lo + hi) / 2;
-        // Push the pending add down so the leaf holds its true value.
-        let z = std::mem::take(&mut self.lazy[node]);
-        for c in [2 * node, 2 * node + 1] {
-            self.max[c] += z;
-            self.lazy[c] += z;
+        self.max[node] = self.max[node].max(v);
+        while node > 1 {
+            node /= 2;
+            self.max[node] = self.max[2 * node].max(self.max[2 * node + 1]);
         }
-        if p <= mid {
-            self.raise(2 * node, lo, mid, p, v);
-        } else {
-            self.raise(2 * node + 1, mid + 1, hi, p, v);
-        }
-        self.max[node] = self.max[2 * node].max(self.max[2 * node + 1]);
     }
 
-    /// Adds `d` to every position `>= from`.
-    fn add_range(&mut self, node: usize, lo: usize, hi: usize, from: usize, d: f64) {
-        if hi < from {
-            return;
+    /// Adds `d` to every position `>= from` (`0 < from < len`): down the
+    /// path of the nodes the range covers in part, each right child
+    /// covered whole taking the add, then back up, each node of the path
+    /// the maximum of its children plus its pending add.
+    fn add_range(&mut self, from: usize, d: f64) {
+        debug_assert!(0 < from && from < self.len);
+        let (mut node, mut lo, mut hi) = (1usize, 0usize, self.len - 1);
+        loop {
+            let mid = (lo + hi) / 2;
+            if from <= mid + 1 {
+                let c = 2 * node + 1;
+                self.max[c] += d;
+                self.lazy[c] += d;
+            }
+            if from <= mid {
+                node *= 2;
+                hi = mid;
+            } else if from == mid + 1 {
+                break;
+            } else {
+                node = 2 * node + 1;
+                lo = mid + 1;
+            }
         }
-        if from <= lo {
-            self.max[node] += d;
-            self.lazy[node] += d;
-            return;
+        loop {
+            self.max[node] = self.max[2 * node].max(self.max[2 * node + 1]) + self.lazy[node];
+            if node == 1 {
+                break;
+            }
+            node /= 2;
         }
-        let mid = (lo + hi) / 2;
-        self.add_range(2 * node, lo, mid, from, d);
-        self.add_range(2 * node + 1, mid + 1, hi, from, d);
-        self.max[node] = self.max[2 * node].max(self.max[2 * node + 1]) + self.lazy[node];
     }
 
-    /// The maximum over positions `0..=q`.
-    fn range_max(&self, node: usize, lo: usize, hi: usize, q: usize) -> f64 {
-        if q >= hi {
-            return self.max[node];
+    /// The maximum over positions `0..=q`: down the path to `q` (the nodes
+    /// right of it left out), then back up adding each node's pending add,
+    /// the same operations in the same order as a recursive walk. No
+    /// recursion and no stack: a node's parent is `node / 2`, and the walk
+    /// went right there when `node` is odd. O(log N).
+    fn range_max(&self, q: usize) -> f64 {
+        let (mut node, mut lo, mut hi) = (1usize, 0usize, self.len - 1);
+        while q < hi {
+            let mid = (lo + hi) / 2;
+            if q > mid {
+                node = 2 * node + 1;
+                lo = mid + 1;
+            } else {
+                node *= 2;
+                hi = mid;
+            }
         }
-        let mid = (lo + hi) / 2;
-        let m = if q <= mid {
-            self.range_max(2 * node, lo, mid, q)
-        } else {
-            self.max[2 * node].max(self.range_max(2 * node + 1, mid + 1, hi, q))
-        };
-        m + self.lazy[node]
+        let mut m = self.max[node];
+        while node > 1 {
+            let right = node & 1 == 1;
+            node /= 2;
+            if right {
+                m = self.max[2 * node].max(m);
+            }
+            m += self.lazy[node];
+        }
+        m
     }
 }
 

@@ -174,7 +174,7 @@ impl Planner<'_> {
     /// One greedy run at `target`, its plan and the simulator's verdict.
     /// Swap-ins are placed so queued copies still arrive in time; if that
     /// holds too much memory, the triggers from the options are used.
-    fn round(
+    pub(super) fn round(
         &self,
         pool: &Pool<'_>,
         ix: &mut Index,

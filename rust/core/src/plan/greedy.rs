@@ -13,7 +13,8 @@
 //! Swap-outs queue on the device-to-host engine (`d2h.rs`): a swap is
 //! chosen for a peak only if, behind the swap-outs already chosen, its copy
 //! ends before that peak, and its original is freed from where it really
-//! ends. A peak no remaining option covers is set aside and the next highest
+//! ends. A swap that the step waits for (`SwapOpt::wait`) is gone from its
+//! release node on, wherever its copy ends. A peak no remaining option covers is set aside and the next highest
 //! position is lowered (at most 64 positions are set aside). Stops when
 //! every position not set aside meets the target.
 //!
@@ -21,7 +22,8 @@
 //! O((S + R) log^2 N) for S swap and R recompute options after the
 //! O(C log C + C log N + N) index build (once per pool, `Index`; O(N) to
 //! restore it for another run): each step is one max query, one stabbing
-//! query (amortised O(log N) entries, each checked in O(log N) against the
+//! query (the heads of the point's path checked best first: the one taken
+//! and, amortised, those dropped, each checked in O(log N) against the
 //! engine's queue) and O(k log N) range updates for an option touching k
 //! tensors.
 
@@ -47,10 +49,11 @@ pub struct Chosen {
     /// Peak of the position model after the choices (bytes) and where.
     pub model_peak: u64,
     pub model_peak_pos: u32,
-    /// Whether a recompute option was ever found valid (whether or not it
-    /// was chosen). When none was, the run made exactly the choices a run
-    /// on the same index with the swaps alone makes: every recompute entry
-    /// it looked at was dropped, as that run drops it.
+    /// Whether a recompute option was ever found valid (the stabbing
+    /// query checks entries best first and takes the first valid one, so
+    /// such an option was chosen). When none was, the run made exactly the
+    /// choices a run on the same index with the swaps alone makes: every
+    /// recompute entry it looked at was dropped, as that run drops it.
     pub recompute_seen: bool,
 }
 
@@ -334,6 +337,9 @@ fn feed(
 /// ahead of it on the engine: after its last early read and the position
 /// at whose start its copy has ended.
 fn queued_keep_until(ctx: &Ctx<'_>, st: &State, o: &SwapOpt, c: &SwapCandidate) -> u32 {
+    if o.wait.is_some() {
+        return o.keep_until; // the step waits for the copy at its release node
+    }
     let ready = ctx.start[c.produce as usize + 1];
     let mut end = st
         .d2h
@@ -352,6 +358,9 @@ fn queued_keep_until(ctx: &Ctx<'_>, st: &State, o: &SwapOpt, c: &SwapCandidate) 
 fn queue_allows(ctx: &Ctx<'_>, st: &State, o: &SwapOpt, c: &SwapCandidate, p: usize) -> bool {
     if p <= o.keep_until as usize || p <= c.last_early as usize {
         return false;
+    }
+    if o.wait.is_some() {
+        return true; // gone when its release node starts, wherever the copy ends
     }
     let ready = ctx.start[c.produce as usize + 1];
     let mut end = st

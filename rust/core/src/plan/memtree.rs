@@ -5,7 +5,10 @@
 //! built bottom-up in one pass; the leaves past the last position hold
 //! `i64::MIN`, below every real value, and no range add reaches them, so
 //! the maximum and the first position reaching it are those of the
-//! positions alone.
+//! positions alone. A node holds the maximum of its subtree plus the adds
+//! pending on it (`lazy`, never pushed down): a range add changes its
+//! canonical nodes, found bottom-up from the range's two ends, and then
+//! the ancestors of those two ends, without recursion.
 //!
 //! # Complexity
 //! O(N) to build, O(log N) per range add and per max query, O(N) memory.
@@ -54,22 +57,31 @@ impl MemTree {
         if lo > hi || delta == 0 {
             return;
         }
-        self.add_rec(1, 0, self.leaves - 1, lo, hi, delta);
-    }
-
-    fn add_rec(&mut self, node: usize, nlo: usize, nhi: usize, lo: usize, hi: usize, d: i64) {
-        if hi < nlo || nhi < lo {
-            return;
+        let (first, last) = (lo + self.leaves, hi + self.leaves);
+        let (mut l, mut r) = (first, last + 1);
+        while l < r {
+            if l & 1 == 1 {
+                self.max[l] += delta;
+                self.lazy[l] += delta;
+                l += 1;
+            }
+            if r & 1 == 1 {
+                r -= 1;
+                self.max[r] += delta;
+                self.lazy[r] += delta;
+            }
+            l /= 2;
+            r /= 2;
         }
-        if lo <= nlo && nhi <= hi {
-            self.max[node] += d;
-            self.lazy[node] += d;
-            return;
+        // Every node above a changed one is an ancestor of `first` or of
+        // `last`: recomputed from its children, bottom-up.
+        for end in [first, last] {
+            let mut k = end / 2;
+            while k > 0 {
+                self.max[k] = self.max[2 * k].max(self.max[2 * k + 1]) + self.lazy[k];
+                k /= 2;
+            }
         }
-        let mid = (nlo + nhi) / 2;
-        self.add_rec(2 * node, nlo, mid, lo, hi, d);
-        self.add_rec(2 * node + 1, mid + 1, nhi, lo, hi, d);
-        self.max[node] = self.max[2 * node].max(self.max[2 * node + 1]) + self.lazy[node];
     }
 
     /// The maximum over all positions and the first position reaching it.

@@ -46,7 +46,9 @@ pub struct Swap {
     /// edge from the copy): the executor cannot run ahead while the original
     /// stays alive waiting for its copy. [`NONE`](crate::graph::NONE): no
     /// such node. Chosen by `release.rs` where the copy was predicted to
-    /// end anyway, so it costs no time in the simulation that chose it.
+    /// end anyway, so it costs no time in the simulation that chose it;
+    /// for a swap the step waits for (`wait.rs`), right after the
+    /// original's last forward reader, where the wait is the plan's.
     #[serde(default = "no_node")]
     pub release: u32,
     /// The node that gets the control edge from the copy: `release` itself,
@@ -110,3 +112,4 @@ pub(crate) mod stab;
 pub mod tflms;
 mod tflms_grid;
 pub(crate) mod trigger;
+mod wait;

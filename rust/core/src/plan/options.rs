@@ -106,6 +106,11 @@ pub struct SwapOpt {
     pub transfer_s: f64,
     /// Recompute clones reading its swap-ins (`feed.rs`), set by the greedy.
     pub feeds: Vec<super::feed::Feed>,
+    /// A swap that the step waits for (`waiting_swap_option`): the position
+    /// of its release node, which does not start before the copy has ended,
+    /// and the node that takes the copy's control edge (`release.rs`).
+    /// `None`: the copy hides behind compute (`swap_option`).
+    pub wait: Option<(u32, u32)>,
 }
 
 impl SwapOpt {
@@ -133,6 +138,43 @@ pub(crate) fn swap_option(
     let d_out = ctx.link.d2h(c.bytes);
     let out_done = position_at(&ctx.start, out_start + d_out);
     let keep_until = c.last_early.max(out_done.saturating_sub(1));
+    placed_swap(ctx, cand, c, keep_until, split_all)
+}
+
+/// Places a swap that the step waits for: its release node is the first op
+/// after the original's last early reader that may take the copy's control
+/// edge (`release::forward_release`), and the original is gone when that
+/// op starts, however long the copy takes. The copy's time not hidden by
+/// the compute between the producer and the release node is exposed step
+/// time. `None` when it frees nothing or the tensor has no such release
+/// node (only tensors made in the forward pass do). O(log N + W * d) for
+/// the release walk (`release.rs`).
+pub(crate) fn waiting_swap_option(
+    ctx: &Ctx<'_>,
+    cand: usize,
+    c: &SwapCandidate,
+    split_all: bool,
+) -> Option<SwapOpt> {
+    let x = ctx.g.tensors[c.tensor as usize].node;
+    let from = c.last_early as usize + 1;
+    let (node, gate) = super::release::forward_release(ctx.g, ctx.s, x, from)?;
+    let at = ctx.s.pos[node as usize];
+    let mut o = placed_swap(ctx, cand, c, at.checked_sub(1)?, split_all)?;
+    let out_end = ctx.start[c.produce as usize + 1] + ctx.link.d2h(c.bytes);
+    o.exposed_s += (out_end - ctx.start[at as usize]).max(0.0);
+    o.wait = Some((at, gate));
+    Some(o)
+}
+
+/// A swap whose original stays until position `keep_until`, its swap-ins
+/// placed (`swap_option`). `None` when it frees nothing.
+fn placed_swap(
+    ctx: &Ctx<'_>,
+    cand: usize,
+    c: &SwapCandidate,
+    keep_until: u32,
+    split_all: bool,
+) -> Option<SwapOpt> {
     if keep_until + 1 >= c.first_late() {
         return None;
     }
@@ -157,7 +199,7 @@ pub(crate) fn swap_option(
         ins.push(PlacedSwapIn { trigger, lo, hi });
         lowest = c.late[hi - 1].0 + 1;
     }
-    let transfer_s = d_out + d_in * ins.len() as f64;
+    let transfer_s = ctx.link.d2h(c.bytes) + d_in * ins.len() as f64;
     Some(SwapOpt {
         cand,
         keep_until,
@@ -165,6 +207,7 @@ pub(crate) fn swap_option(
         exposed_s,
         transfer_s,
         feeds: Vec::new(),
+        wait: None,
     })
 }
 
@@ -234,22 +277,52 @@ pub struct RecomputeOpt {
     pub extended: u64,
 }
 
-/// Working arrays of [`recompute_options`], made once for every call.
+/// Working arrays of [`recompute_options`], made once for every call and
+/// reused from option to option: no scratch list is allocated per option,
+/// only the option's own lists.
 pub(crate) struct Work {
     /// Per node: is it in the unit being placed (all `false` between calls).
     in_unit: Vec<bool>,
-    /// Scratch list of node or tensor ids.
+    /// Per tensor: marked (all `false` between uses): the buffers one
+    /// option frees, or the owners of its inputs already counted.
+    mark: Vec<bool>,
+    /// Per node: [`triggered_link`] once known (`LINK_UNKNOWN` before):
+    /// a segment's nodes are cloned by several options.
+    link: Vec<u8>,
+    /// The unit's candidates, then those idle across one clone time
+    /// (indices into `cands`).
+    saved: Vec<u32>,
+    set: Vec<u32>,
+    /// [`triggers`]' sorted lists and its clone times.
+    early: Vec<(u32, u64)>,
+    late: Vec<(u32, u64)>,
+    scored: Vec<(u64, u32)>,
+    /// Scratch lists of node or tensor ids: the late readers, the clones,
+    /// the fused producers added to them, the clones' inputs.
     buf: Vec<u32>,
+    clones: Vec<u32>,
+    added: Vec<u32>,
+    inputs: Vec<u32>,
     /// The options placed since the last [`Work::take`].
     out: Vec<RecomputeOpt>,
 }
 
 impl Work {
-    /// Working arrays for a graph of `num_nodes` nodes. O(N).
-    pub(crate) fn new(num_nodes: usize) -> Self {
+    /// Working arrays for graph `g`. O(N + T).
+    pub(crate) fn new(g: &Graph) -> Self {
         Work {
-            in_unit: vec![false; num_nodes],
+            in_unit: vec![false; g.num_nodes()],
+            mark: vec![false; g.num_tensors()],
+            link: vec![LINK_UNKNOWN; g.num_nodes()],
+            saved: Vec::new(),
+            set: Vec::new(),
+            early: Vec::new(),
+            late: Vec::new(),
+            scored: Vec::new(),
             buf: Vec::new(),
+            clones: Vec::new(),
+            added: Vec::new(),
+            inputs: Vec::new(),
             out: Vec::new(),
         }
     }
@@ -309,47 +382,68 @@ pub(crate) fn recompute_options(
     work: &mut Work,
 ) {
     let g = ctx.g;
-    let in_unit = &mut work.in_unit;
     for &v in nodes {
-        in_unit[v as usize] = true;
+        work.in_unit[v as usize] = true;
     }
-    let mut saved: Vec<&SwapCandidate> = nodes
-        .iter()
-        .flat_map(|&v| g.outputs(v))
-        .filter_map(|t| cands.get(gap_of[t as usize] as usize))
-        .filter(|c| {
-            c.owner != rule.kept
+    let (in_unit, saved) = (&work.in_unit, &mut work.saved);
+    saved.clear();
+    for &v in nodes {
+        for t in g.outputs(v) {
+            let i = gap_of[t as usize];
+            let Some(c) = cands.get(i as usize) else {
+                continue;
+            };
+            if c.owner != rule.kept
                 && (!rule.backward_only || g.phase[c.late[0].1 as usize] != Phase::Forward)
                 && (c.tensor == c.owner || in_unit[ctx.producer[c.owner as usize] as usize])
-        })
-        .collect();
+            {
+                saved.push(i);
+            }
+        }
+    }
     if saved.len() > MAX_TENSORS_PER_OPTION {
         // Keep the largest (ties: lowest id), so `triggers` stays O(1) per unit.
-        saved.sort_by(|a, b| b.bytes.cmp(&a.bytes).then(a.tensor.cmp(&b.tensor)));
+        saved.sort_by(|&a, &b| {
+            let (a, b) = (&cands[a as usize], &cands[b as usize]);
+            b.bytes.cmp(&a.bytes).then(a.tensor.cmp(&b.tensor))
+        });
         saved.truncate(MAX_TENSORS_PER_OPTION);
     }
-    for (ideal, set) in triggers(&saved) {
-        let lowest = set.iter().map(|d| d.last_early).max().unwrap_or(0) + 1;
-        let buf = &mut work.buf;
+    let mut times = [0u32; TRIGGERS_PER_UNIT];
+    let k = triggers(cands, work, &mut times);
+    for &ideal in &times[..k] {
+        // The candidates idle across the clone time, the latest of their
+        // early reads, and their late readers.
+        let Work {
+            saved, set, buf, ..
+        } = &mut *work;
+        set.clear();
         buf.clear();
-        buf.extend(set.iter().flat_map(|d| d.late.iter().map(|&(_, n)| n)));
+        let mut lowest = 0;
+        for &i in saved.iter() {
+            let c = &cands[i as usize];
+            if idle(c, ideal) {
+                set.push(i);
+                lowest = lowest.max(c.last_early);
+                buf.extend(c.late.iter().map(|&(_, n)| n));
+            }
+        }
+        let lowest = lowest + 1;
         buf.sort_unstable();
         buf.dedup();
         let Some(trigger) = safe_trigger_sorted(g, ctx.s, ideal, lowest, buf) else {
             continue;
         };
-        let consumers = buf.to_vec();
-        let clones = clone_set(ctx, nodes, &set, work);
-        if clones.iter().any(|&v| triggered_link(g, v)) {
+        clone_set(ctx, nodes, cands, work);
+        let link = &mut work.link;
+        if work
+            .clones
+            .iter()
+            .any(|&v| triggered_link_known(g, link, v))
+        {
             continue;
         }
-        let placed = Placed {
-            unit,
-            clones,
-            consumers,
-            trigger,
-        };
-        if let Some(r) = finish_recompute(ctx, placed, &set, work) {
+        if let Some(r) = finish_recompute(ctx, unit, trigger, cands, work) {
             work.out.push(r);
         }
     }
@@ -358,30 +452,56 @@ pub(crate) fn recompute_options(
     }
 }
 
-/// Clone times worth trying, most bytes freed first: each tensor's first
-/// late read, with the tensors idle across it (last early read before,
-/// first late read after). The bytes idle across `t` are those read early
-/// before `t` less those already read late by `t` (a candidate's late reads
+/// Whether candidate `d` is idle across the clone time after position `t`:
+/// read early before it and late after it.
+fn idle(d: &SwapCandidate, t: u32) -> bool {
+    d.last_early < t && d.first_late() > t
+}
+
+/// Clone times worth trying, most bytes freed first, written to `times`
+/// (their number returned): each tensor's first late read, with the
+/// tensors of `work.saved` idle across it (last early read before, first
+/// late read after). The bytes idle across `t` are those read early before
+/// `t` less those already read late by `t` (a candidate's late reads
 /// follow its early ones): two sorted lists with prefix sums, O(k log k)
-/// for k tensors of a unit, plus O(k) per clone time kept.
-fn triggers<'c>(cands: &[&'c SwapCandidate]) -> Vec<(u32, Vec<&'c SwapCandidate>)> {
-    let idle = |d: &SwapCandidate, t: u32| d.last_early < t && d.first_late() > t;
-    let mut early: Vec<(u32, u64)> = cands.iter().map(|c| (c.last_early, c.bytes)).collect();
-    let mut late: Vec<(u32, u64)> = cands.iter().map(|c| (c.first_late(), c.bytes)).collect();
-    let ordered = cands.iter().all(|c| c.last_early < c.first_late());
+/// for k tensors of a unit.
+fn triggers(
+    cands: &[SwapCandidate],
+    work: &mut Work,
+    times: &mut [u32; TRIGGERS_PER_UNIT],
+) -> usize {
+    let Work {
+        saved,
+        early,
+        late,
+        scored,
+        ..
+    } = work;
+    let cand = |i: &u32| &cands[*i as usize];
+    early.clear();
+    early.extend(saved.iter().map(cand).map(|c| (c.last_early, c.bytes)));
+    late.clear();
+    late.extend(saved.iter().map(cand).map(|c| (c.first_late(), c.bytes)));
+    let ordered = saved
+        .iter()
+        .map(cand)
+        .all(|c| c.last_early < c.first_late());
     early.sort_unstable();
     late.sort_unstable();
-    cumulate(&mut early);
-    cumulate(&mut late);
+    cumulate(early);
+    cumulate(late);
     let upto = |v: &[(u32, u64)], n: usize| n.checked_sub(1).map_or(0, |i| v[i].1);
-    let mut scored: Vec<(u64, u32)> = Vec::new();
-    for &(first, _) in &late {
+    scored.clear();
+    for &(first, _) in late.iter() {
         let t = first - 1;
         let bytes: u64 = if ordered {
-            let read_early = upto(&early, early.partition_point(|e| e.0 < t));
-            read_early - upto(&late, late.partition_point(|l| l.0 <= t))
+            let read_early = upto(early, early.partition_point(|e| e.0 < t));
+            read_early - upto(late, late.partition_point(|l| l.0 <= t))
         } else {
-            cands.iter().filter(|d| idle(d, t)).map(|d| d.bytes).sum()
+            (saved.iter().map(cand))
+                .filter(|d| idle(d, t))
+                .map(|d| d.bytes)
+                .sum()
         };
         if bytes > 0 {
             scored.push((bytes, t));
@@ -390,10 +510,29 @@ fn triggers<'c>(cands: &[&'c SwapCandidate]) -> Vec<(u32, Vec<&'c SwapCandidate>
     scored.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
     scored.dedup_by_key(|x| x.1);
     scored.truncate(TRIGGERS_PER_UNIT);
-    scored
-        .into_iter()
-        .map(|(_, t)| (t, cands.iter().copied().filter(|d| idle(d, t)).collect()))
-        .collect()
+    for (slot, &(_, t)) in times.iter_mut().zip(scored.iter()) {
+        *slot = t;
+    }
+    scored.len()
+}
+
+/// [`triggered_link`] not known yet, known false, known true.
+const LINK_UNKNOWN: u8 = 0;
+const LINK_NO: u8 = 1;
+const LINK_YES: u8 = 2;
+
+/// [`triggered_link`] of `v`, worked out on the first call and kept in
+/// `link`. O(1) after the first call for `v`.
+fn triggered_link_known(g: &Graph, link: &mut [u8], v: u32) -> bool {
+    let known = &mut link[v as usize];
+    if *known == LINK_UNKNOWN {
+        *known = if triggered_link(g, v) {
+            LINK_YES
+        } else {
+            LINK_NO
+        };
+    }
+    *known == LINK_YES
 }
 
 /// Whether the clone of `v` would take the trigger's control edge itself
@@ -420,17 +559,23 @@ fn cumulate(v: &mut [(u32, u64)]) {
     }
 }
 
-/// Nodes of the unit that the saved tensors depend on, in schedule order.
-/// One sweep over the unit in reverse schedule order (every predecessor of
-/// a node comes before it): a node is marked needed by clearing its
-/// `in_unit` flag, and a needed node marks its predecessors in the unit
-/// (flags restored before returning). No stack, no hashing: O(size of the
-/// unit + the edges of its needed nodes).
-fn clone_set(ctx: &Ctx<'_>, nodes: &[u32], saved: &[&SwapCandidate], work: &mut Work) -> Vec<u32> {
+/// Nodes of the unit that the candidates of `work.set` depend on, in
+/// schedule order, written to `work.clones`. One sweep over the unit in
+/// reverse schedule order (every predecessor of a node comes before it): a
+/// node is marked needed by clearing its `in_unit` flag, and a needed node
+/// marks its predecessors in the unit (flags restored before returning).
+/// No stack, no hashing: O(size of the unit + the edges of its needed
+/// nodes).
+fn clone_set(ctx: &Ctx<'_>, nodes: &[u32], cands: &[SwapCandidate], work: &mut Work) {
     let (g, producer) = (ctx.g, &ctx.producer);
-    let Work { in_unit, buf, .. } = work;
-    for c in saved {
-        in_unit[producer[c.tensor as usize] as usize] = false;
+    let Work {
+        in_unit,
+        set,
+        clones,
+        ..
+    } = work;
+    for &i in set.iter() {
+        in_unit[producer[cands[i as usize].tensor as usize] as usize] = false;
     }
     for &v in nodes.iter().rev() {
         if in_unit[v as usize] {
@@ -443,21 +588,11 @@ fn clone_set(ctx: &Ctx<'_>, nodes: &[u32], saved: &[&SwapCandidate], work: &mut 
             in_unit[p as usize] = false;
         }
     }
-    buf.clear();
-    buf.extend(nodes.iter().copied().filter(|&v| !in_unit[v as usize]));
+    clones.clear();
+    clones.extend(nodes.iter().copied().filter(|&v| !in_unit[v as usize]));
     for &v in nodes {
         in_unit[v as usize] = true;
     }
-    buf.to_vec()
-}
-
-/// A recompute option's clone time, clones and late readers (sorted,
-/// without duplicates), before `finish_recompute` adds its costs.
-struct Placed {
-    unit: usize,
-    clones: Vec<u32>,
-    consumers: Vec<u32>,
-    trigger: u32,
 }
 
 /// Whether the clones must not read tensor `t` (made by `p`) from outside
@@ -473,17 +608,19 @@ fn fused_away(g: &Graph, p: u32, t: u32) -> bool {
         && !crate::opkind::is_variable_read(g.op_name(p))
 }
 
-/// `clones` grown by the producers of the tensors they read that are
-/// `fused_away`, transitively, in schedule order; the added nodes are marked
-/// in `in_unit` and listed in `added` (the caller unmarks them). O(size of
-/// the grown set + its inputs).
-fn with_fused_producers(
-    ctx: &Ctx<'_>,
-    mut clones: Vec<u32>,
-    in_unit: &mut [bool],
-    added: &mut Vec<u32>,
-) -> Vec<u32> {
+/// `work.clones` grown by the producers of the tensors they read that are
+/// `fused_away`, transitively, in schedule order; the added nodes are
+/// marked in `in_unit` and listed in `work.added` (the caller unmarks
+/// them). O(size of the grown set + its inputs).
+fn with_fused_producers(ctx: &Ctx<'_>, work: &mut Work) {
     let g = ctx.g;
+    let Work {
+        in_unit,
+        clones,
+        added,
+        ..
+    } = work;
+    added.clear();
     let mut i = 0;
     while i < clones.len() {
         for &t in g.inputs(clones[i]) {
@@ -499,25 +636,22 @@ fn with_fused_producers(
     if !added.is_empty() {
         clones.sort_unstable_by_key(|&v| ctx.s.pos[v as usize]);
     }
-    clones
 }
 
+/// The option of the clones `work.clones` at position `trigger`, freeing
+/// the candidates of `work.set` for the late readers `work.buf`: the
+/// clones grown by their fused producers, their inputs from outside and
+/// the costs. `None` when a clone must not be recomputed.
 fn finish_recompute(
     ctx: &Ctx<'_>,
-    placed: Placed,
-    saved: &[&SwapCandidate],
+    unit: usize,
+    trigger: u32,
+    cands: &[SwapCandidate],
     work: &mut Work,
 ) -> Option<RecomputeOpt> {
-    let Placed {
-        unit,
-        clones,
-        consumers,
-        trigger,
-    } = placed;
-    let mut added = Vec::new();
-    let clones = with_fused_producers(ctx, clones, &mut work.in_unit, &mut added);
-    let opt = finish_grown(ctx, unit, clones, consumers, trigger, saved, work);
-    for &p in &added {
+    with_fused_producers(ctx, work);
+    let opt = finish_grown(ctx, unit, trigger, cands, work);
+    for &p in &work.added {
         work.in_unit[p as usize] = false;
     }
     opt
@@ -526,48 +660,60 @@ fn finish_recompute(
 fn finish_grown(
     ctx: &Ctx<'_>,
     unit: usize,
-    clones: Vec<u32>,
-    consumers: Vec<u32>,
     trigger: u32,
-    saved: &[&SwapCandidate],
+    cands: &[SwapCandidate],
     work: &mut Work,
 ) -> Option<RecomputeOpt> {
-    let g = ctx.g;
-    // Scratch lists reused from option to option (no allocation each).
-    let buf = &mut work.buf;
-    buf.clear();
-    for &v in &clones {
+    let (g, l) = (ctx.g, ctx.l);
+    let Work {
+        in_unit,
+        mark,
+        set,
+        buf: consumers,
+        clones,
+        inputs,
+        ..
+    } = work;
+    inputs.clear();
+    for &v in clones.iter() {
         if g.nodes[v as usize].flags.has(NodeFlags::NO_RECOMPUTE) {
             return None;
         }
         for &t in g.inputs(v) {
-            if !work.in_unit[ctx.producer[t as usize] as usize] {
-                buf.push(t);
+            if !in_unit[ctx.producer[t as usize] as usize] {
+                inputs.push(t);
             }
         }
     }
-    buf.sort_unstable();
-    buf.dedup();
-    let inputs = buf.to_vec();
-    let l = ctx.l;
-    buf.clear();
-    buf.extend(inputs.iter().map(|&x| l.owner[x as usize]));
-    buf.sort_unstable();
-    buf.dedup();
-    let extended = (buf.iter())
-        .filter(|&&o| l.last_use[o as usize] < trigger)
-        .map(|&o| g.tensors[o as usize].bytes)
-        .sum();
-    buf.clear();
-    buf.extend(saved.iter().map(|c| c.owner));
-    buf.sort_unstable();
-    let saved_t = &buf[..];
+    inputs.sort_unstable();
+    inputs.dedup();
+    // The inputs' buffers, each counted once (marked, then unmarked).
+    let mut extended = 0;
+    for &x in inputs.iter() {
+        let o = l.owner[x as usize] as usize;
+        if !mark[o] {
+            mark[o] = true;
+            if l.last_use[o] < trigger {
+                extended += g.tensors[o].bytes;
+            }
+        }
+    }
+    for &x in inputs.iter() {
+        mark[l.owner[x as usize] as usize] = false;
+    }
+    let cand = |i: &u32| &cands[*i as usize];
+    for c in set.iter().map(cand) {
+        mark[c.owner as usize] = true;
+    }
     let transient = clones
         .iter()
         .flat_map(|&v| g.outputs(v))
-        .filter(|t| saved_t.binary_search(t).is_err())
+        .filter(|&t| !mark[t as usize])
         .map(|t| g.tensors[t as usize].bytes)
         .sum();
+    for c in set.iter().map(cand) {
+        mark[c.owner as usize] = false;
+    }
     // The rewrite redirects each late reader to the clones' outputs and
     // refuses a reader that reads none of them.
     debug_assert!(
@@ -580,12 +726,16 @@ fn finish_grown(
     Some(RecomputeOpt {
         unit,
         time_s: clones.iter().map(|&v| ctx.op_time[v as usize]).sum(),
-        clones,
-        saved: saved.iter().map(|c| (c.owner, c.last_early)).collect(),
-        bytes: saved.iter().map(|c| c.bytes).sum(),
-        consumers,
+        clones: clones.to_vec(),
+        saved: set
+            .iter()
+            .map(cand)
+            .map(|c| (c.owner, c.last_early))
+            .collect(),
+        bytes: set.iter().map(cand).map(|c| c.bytes).sum(),
+        consumers: consumers.to_vec(),
         trigger,
-        inputs,
+        inputs: inputs.to_vec(),
         transient,
         extended,
     })

@@ -10,7 +10,8 @@
 //!   parameter grid judged by the simulator (graphs up to `grid_max_nodes`;
 //!   TFLMS's defaults beyond).
 //! - `swap` (`portfolio.rs`): the faster of the peak-driven greedy over
-//!   swaps (`fit.rs` around `greedy.rs`) and `tflms`; with TFLMS
+//!   swaps (`fit.rs` around `greedy.rs`) and `tflms`; when neither fits,
+//!   the greedy over swaps the step waits for (`wait.rs`); with TFLMS
 //!   parameters given, exactly TFLMS. The baseline every other strategy is
 //!   compared with.
 //! - `recompute` (`fit.rs`): recomputes of units only (`partition.rs`),
@@ -25,6 +26,11 @@
 //!   Chen's and the "blocks" plans (`spans.rs`), and the published loop
 //!   started from the `swap` and the TFLMS plans. So `hybrid` is never
 //!   slower than any other strategy.
+//!
+//! When `swap` or `hybrid` finds nothing, the least-peak plan of the same
+//! strategy run as if asked for one byte is taken if it fits (`replayed`):
+//! the smallest peak a strategy reports for one byte is then a budget at
+//! which it finds a plan.
 //!
 //! # The model
 //! Every strategy proposes whole plans; the judge (the simulator, given by
@@ -244,23 +250,7 @@ impl<'a> Planner<'a> {
     ) -> Result<Self> {
         let selected = opts.selection.mask(ctx.g)?;
         let cands = swap_candidates(ctx.g, ctx.s, ctx.l, opts.min_gap, opts.min_bytes);
-        let mut swaps = Vec::new();
-        let mut swap_tensor = Vec::new();
-        for (i, c) in cands.iter().enumerate() {
-            let producer = ctx.g.tensors[c.owner as usize].node as usize;
-            if selected.as_ref().is_some_and(|m| !m[producer]) {
-                continue;
-            }
-            let grouped = swap_option(ctx, i, c, false);
-            let split = (c.late.len() > 1)
-                .then(|| swap_option(ctx, i, c, true))
-                .flatten()
-                .filter(|s| Some(s) != grouped.as_ref());
-            for o in grouped.into_iter().chain(split) {
-                swap_tensor.push(c.owner);
-                swaps.push(o);
-            }
-        }
+        let (swaps, swap_tensor) = swap_options(ctx, &cands, selected.as_deref(), swap_option);
         let cuts = cut_segments(ctx.g, ctx.s, ctx.l, opts.min_bytes, Made::Plumbing);
         let mut recs = recompute_options(ctx, &cands, &cuts);
         let base_recs = recs.len();
@@ -331,7 +321,39 @@ impl<'a> Planner<'a> {
             Strategy::Tflms => self.tflms_tuned(),
             Strategy::Hybrid => self.hybrid(),
         };
-        result.ok_or_else(|| self.budget_error())
+        result
+            .or_else(|| self.replayed())
+            .ok_or_else(|| self.budget_error())
+    }
+
+    /// When `swap` or `hybrid` finds nothing: the strategy run again as if
+    /// asked for one byte (a planner of its own on the same judge), and the
+    /// plan of least peak it judged (within the host budget), if that fits.
+    /// A strategy's rounds depend on the budget; the one-byte run's are
+    /// those that gave the smallest peak it reports, so that peak is a
+    /// budget at which a plan is found. Its least peak counts as a failure
+    /// here too. O(the one-byte run).
+    fn replayed(&self) -> Option<Planned> {
+        let who = self.opts.strategy.name();
+        if !matches!(self.opts.strategy, Strategy::Swap | Strategy::Hybrid) || self.opts.budget <= 1
+        {
+            return None;
+        }
+        let opts = PlanOptions {
+            budget: 1,
+            ..self.opts.clone()
+        };
+        let one = Planner::new(self.ctx, &opts, self.judge).ok()?;
+        let _ = one.run();
+        self.evals.set(self.evals.get() + one.evals.get());
+        let (plan, v) = (one.judged.into_inner().into_iter())
+            .filter(|(p, v)| !p.is_empty() && v.host_peak_bytes <= self.opts.host_budget)
+            .min_by_key(|(_, v)| v.peak_bytes)?;
+        if !self.fits(&v) {
+            self.note_fail(v.peak_bytes, who);
+            return None;
+        }
+        Some(self.planned(plan, v, who))
     }
 
     pub(super) fn planned(&self, plan: Plan, verdict: SimResult, strategy: &str) -> Planned {
@@ -436,9 +458,12 @@ impl<'a> Planner<'a> {
                         }
                     })
                     .collect();
+                let (release, gate) = o
+                    .wait
+                    .map_or((NONE, NONE), |(at, gate)| (order[at as usize], gate));
                 Swap {
-                    release: NONE,
-                    gate: NONE,
+                    release,
+                    gate,
                     tensor: cand.tensor,
                     after: self.ctx.g.tensors[cand.tensor as usize].node,
                     ins,
@@ -465,6 +490,36 @@ impl<'a> Planner<'a> {
     pub fn num_options(&self) -> (usize, usize) {
         (self.swaps.len(), self.recs.len())
     }
+}
+
+/// The swap options `place` makes of the candidates whose producer is
+/// selected (`None`: all are), grouped and, for a candidate read late more
+/// than once, split at every gap too when that differs; with each option's
+/// buffer. O(C) calls of `place`.
+pub(super) fn swap_options(
+    ctx: &Ctx<'_>,
+    cands: &[SwapCandidate],
+    selected: Option<&[bool]>,
+    place: fn(&Ctx<'_>, usize, &SwapCandidate, bool) -> Option<SwapOpt>,
+) -> (Vec<SwapOpt>, Vec<u32>) {
+    let mut swaps = Vec::new();
+    let mut swap_tensor = Vec::new();
+    for (i, c) in cands.iter().enumerate() {
+        let producer = ctx.g.tensors[c.owner as usize].node as usize;
+        if selected.is_some_and(|m| !m[producer]) {
+            continue;
+        }
+        let grouped = place(ctx, i, c, false);
+        let split = (c.late.len() > 1)
+            .then(|| place(ctx, i, c, true))
+            .flatten()
+            .filter(|s| Some(s) != grouped.as_ref());
+        for o in grouped.into_iter().chain(split) {
+            swap_tensor.push(c.owner);
+            swaps.push(o);
+        }
+    }
+    (swaps, swap_tensor)
 }
 
 /// Keeps the faster of `best` and `p` (ties: `best`).

@@ -4,11 +4,13 @@
 //! # The rule
 //! - `swap`: with TFLMS parameters given, exactly TFLMS; otherwise the
 //!   faster of the greedy over swaps alone (`fit.rs`) and the tuned TFLMS
-//!   plan (`tflms_grid.rs`).
+//!   plan (`tflms_grid.rs`); when neither fits, the greedy over swaps the
+//!   step waits for (`wait.rs`).
 //! - `hybrid`: the fastest plan that fits among the greedy choosing between
 //!   swap and recompute at every step (bytes freed per second of estimated
 //!   cost; swap-outs queued on the device-to-host engine, recomputes fed by
-//!   swapped-in checkpoints), the same greedy with backward tensors rebuilt
+//!   swapped-in checkpoints; when it finds none, the same greedy over swaps
+//!   the step waits for, `wait.rs`), the same greedy with backward tensors rebuilt
 //!   from small inputs among its options too (`rebuild.rs`; graphs up to
 //!   `grid_max_nodes`), the recompute plan, the published loop
 //!   (`paper.rs`) started from the `swap` plan and from the TFLMS plan, and
@@ -50,6 +52,10 @@ impl Planner<'_> {
     pub(super) fn hybrid(&self) -> Option<Planned> {
         let mut best: Option<Planned> = None;
         keep_faster(&mut best, self.fit(true, Recs::Base, "hybrid"));
+        if best.is_none() {
+            // No plan of hidden copies: swaps the step waits for (`wait.rs`).
+            keep_faster(&mut best, self.fit_waiting(Recs::Base, "hybrid"));
+        }
         // The same greedy with the rebuilt backward tensors too: a
         // candidate of its own, so that `hybrid` keeps every plan it had
         // without them (the greedy takes these cheap options first at a
@@ -145,6 +151,10 @@ impl Planner<'_> {
             {
                 best = Some(t);
             }
+        }
+        if best.is_none() {
+            // No plan of hidden copies: swaps the step waits for (`wait.rs`).
+            best = self.fit_waiting(Recs::None, "swap");
         }
         best.map(|p| self.renamed(p, "swap"))
     }

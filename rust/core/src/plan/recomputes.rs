@@ -52,7 +52,7 @@ pub(super) fn recompute_options(
 ) -> Vec<RecomputeOpt> {
     let units = partition(ctx.g, ctx.s);
     let gap_of = gap_index(ctx, cands);
-    let mut work = Work::new(ctx.g.num_nodes());
+    let mut work = Work::new(ctx.g);
     for (u, nodes) in units.units.iter().enumerate() {
         unit_options(ctx, u, nodes, SpanRule::ANY, cands, &gap_of, &mut work);
     }
@@ -105,7 +105,7 @@ pub(super) fn rebuild_options(
     first: usize,
 ) -> Vec<RecomputeOpt> {
     let gap_of = gap_index(ctx, cands);
-    let mut work = Work::new(ctx.g.num_nodes());
+    let mut work = Work::new(ctx.g);
     for (k, nodes) in small_input_units(ctx, cands, min_bytes).iter().enumerate() {
         unit_options(
             ctx,

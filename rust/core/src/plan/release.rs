@@ -81,7 +81,6 @@ pub(crate) fn set_releases(g: &Graph, s: &Schedule, plan: &mut Plan, sim: &SimRe
         // Starts along the schedule are non-decreasing: the compute stream
         // runs it in order.
         let first = lo + s.order[lo..].partition_point(|&v| sim.op_start[v as usize] < end);
-        let forbidden = forbidden_inputs(g, x, sw.after);
         let forward = g.phase.get(x as usize) == Some(&Phase::Forward);
         let waited = match sw.ins.first() {
             Some(i) if !forward => waited_for(g, s, &i.consumers, first),
@@ -94,17 +93,47 @@ pub(crate) fn set_releases(g: &Graph, s: &Schedule, plan: &mut Plan, sim: &SimRe
                 waited.contains(&r)
             }
         };
-        let found = s.order[first..n.min(first + MAX_WALK)]
-            .iter()
-            .copied()
-            .filter(|&r| {
-                on_line(r)
-                    && !g.nodes[r as usize].flags.has(NodeFlags::SOURCE)
-                    && !g.inputs(r).iter().any(|t| forbidden.contains(t))
-            })
-            .find_map(|r| gate_of(g, s, r).map(|gate| (r, gate)));
+        let found = first_release(g, s, (x, sw.after), first, on_line);
         (sw.release, sw.gate) = found.unwrap_or((NONE, NONE));
     }
+}
+
+/// The release node and gate for a swap of a forward tensor made by `x`
+/// that waits for its copy from schedule position `from` on (`wait.rs`):
+/// the first op there that [`set_releases`] would take for a copy ending
+/// just before it, so that the release it sets on the finished plan is
+/// this node or an earlier one whose start the wait already delays.
+/// `None`: none within `MAX_WALK` ops, or `x` is not a forward op.
+/// O(W * d) for a walk of W ops of in-degree d.
+pub(crate) fn forward_release(g: &Graph, s: &Schedule, x: u32, from: usize) -> Option<(u32, u32)> {
+    if g.phase.get(x as usize) != Some(&Phase::Forward) {
+        return None;
+    }
+    let lo = from.max(s.pos[x as usize] as usize + 1);
+    first_release(g, s, (x, x), lo, |r| g.phase[r as usize] == Phase::Forward)
+}
+
+/// The first op from position `first` (at most `MAX_WALK` of them) on the
+/// main line (`on_line`), not a source, reading nothing the copy of `x`'s
+/// output (started after `after`) may fuse with, and gateable: with its gate.
+fn first_release(
+    g: &Graph,
+    s: &Schedule,
+    (x, after): (u32, u32),
+    first: usize,
+    on_line: impl Fn(u32) -> bool,
+) -> Option<(u32, u32)> {
+    let n = s.order.len();
+    let forbidden = forbidden_inputs(g, x, after);
+    s.order[first.min(n)..n.min(first + MAX_WALK)]
+        .iter()
+        .copied()
+        .filter(|&r| {
+            on_line(r)
+                && !g.nodes[r as usize].flags.has(NodeFlags::SOURCE)
+                && !g.inputs(r).iter().any(|t| forbidden.contains(t))
+        })
+        .find_map(|r| gate_of(g, s, r).map(|gate| (r, gate)))
 }
 
 /// Where the control edge for release node `r` goes: `r` itself if its op is

@@ -112,7 +112,7 @@ impl Planner<'_> {
     ) -> Option<Planned> {
         let ctx = self.ctx;
         let gap_of = gap_index(ctx, &self.cands);
-        let mut work = Work::new(ctx.g.num_nodes());
+        let mut work = Work::new(ctx.g);
         let m = &self.selected;
         let compute = ctx.start[ctx.s.order.len()];
         let mut clones = 0.0;

@@ -12,9 +12,13 @@
 //! O(C log N) entries for C intervals over N positions, placed by counting
 //! (one pass counts each node's entries, a second writes them in score
 //! order) after one sort of the intervals by score (O(C log C + C log N +
-//! N)). A query walks one leaf-to-root path, O(log N), plus the entries it
-//! discards; an entry is discarded once, so all queries together cost
-//! O((Q + C) log N). [`Stab::reset`] restores every entry in O(N).
+//! N); by radix, O(C), for 2^16 intervals and more). A query walks one leaf-to-root path, O(log N), and checks the
+//! path's head entries best first: one check, the one answered, plus the
+//! entries it discards, each O(log N) to find among the heads; an entry is
+//! discarded once, so all queries together cost O((Q + C) log N) time and
+//! Q + C validity checks (a check may cost more than the walk: the
+//! greedy's asks the engine's queue). [`Stab::reset`] restores every
+//! entry in O(N).
 
 use super::memtree::tree_size;
 
@@ -37,14 +41,22 @@ impl Stab {
         let len = len.max(1);
         let leaves = len.next_power_of_two();
         // Clamped to the positions, best first (ties: lower id; one
-        // option's intervals are interchangeable).
-        // The score rides along: the sort compares without looking it up.
-        let mut spans: Vec<(f64, u32, u32, u32)> = intervals
+        // option's intervals are interchangeable). The score rides along
+        // as an integer key that orders as the score's `total_cmp`,
+        // reversed: the sort compares integers, without looking it up.
+        let mut spans: Vec<(u64, u32, u32, u32)> = intervals
             .iter()
             .filter(|&&(_, lo, hi)| lo <= hi && (lo as usize) < len)
-            .map(|&(id, lo, hi)| (score[id as usize], id, lo, hi.min(len as u32 - 1)))
+            .map(|&(id, lo, hi)| {
+                (
+                    !order_key(score[id as usize]),
+                    id,
+                    lo,
+                    hi.min(len as u32 - 1),
+                )
+            })
             .collect();
-        spans.sort_unstable_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)));
+        sort_by_key_and_id(&mut spans);
         let size = tree_size(len);
         let mut off = vec![0u32; size + 1];
         for &(_, _, lo, hi) in &spans {
@@ -80,7 +92,12 @@ impl Stab {
 
     /// The best option covering `p` for which `valid` holds. Options found
     /// invalid are dropped for good, so `valid` must be monotone (once
-    /// false, always false).
+    /// false, always false). Each node on `p`'s path holds its entries best
+    /// first, so the answer is the best of the nodes' first valid entries:
+    /// the heads are checked best first (score, then id) and the first one
+    /// valid is the answer, an invalid one giving way to the next entry of
+    /// its node. `valid` is called only on the heads so checked: once for
+    /// the answer, once for each entry dropped.
     pub(crate) fn best(
         &mut self,
         p: usize,
@@ -90,27 +107,100 @@ impl Stab {
         if p >= self.len {
             return None;
         }
-        let mut best: Option<u32> = None;
+        // The path's nodes with entries left (a perfect tree of at most
+        // 2^63 leaves: at most 64 levels).
+        let mut heads = [0usize; 64];
+        let mut k = 0;
         let mut node = self.leaves + p;
         while node > 0 {
-            let end = self.off[node + 1];
-            let cur = &mut self.cursor[node];
-            while *cur < end && !valid(self.ids[*cur as usize]) {
-                *cur += 1;
-            }
-            if *cur < end {
-                let id = self.ids[*cur as usize];
-                let better = best.is_none_or(|b| {
-                    score[id as usize] > score[b as usize]
-                        || (score[id as usize] == score[b as usize] && id < b)
-                });
-                if better {
-                    best = Some(id);
-                }
+            if self.cursor[node] < self.off[node + 1] {
+                heads[k] = node;
+                k += 1;
             }
             node /= 2;
         }
-        best
+        let better = |a: u32, b: u32| {
+            score[a as usize] > score[b as usize]
+                || (score[a as usize] == score[b as usize] && a < b)
+        };
+        loop {
+            let mut top: Option<(usize, u32)> = None;
+            for (i, &n) in heads[..k].iter().enumerate() {
+                let id = self.ids[self.cursor[n] as usize];
+                if top.is_none_or(|(_, b)| better(id, b)) {
+                    top = Some((i, id));
+                }
+            }
+            let (i, id) = top?;
+            if valid(id) {
+                return Some(id);
+            }
+            let n = heads[i];
+            self.cursor[n] += 1;
+            if self.cursor[n] == self.off[n + 1] {
+                k -= 1;
+                heads[i] = heads[k];
+            }
+        }
+    }
+}
+
+/// Elements at and above which [`sort_by_key_and_id`] sorts by radix.
+const RADIX_MIN: usize = 1 << 16;
+
+/// Sorts `v` by `(key, id)`, its first two fields, ascending (elements
+/// equal in both are one option's intervals: their order does not
+/// matter). Large inputs by least significant digit first, 16 bits at a
+/// time, the id's digits then the key's, skipping a digit every element
+/// shares: O(n) per pass, at most six passes; small ones by comparison.
+fn sort_by_key_and_id(v: &mut Vec<(u64, u32, u32, u32)>) {
+    let n = v.len();
+    if n < RADIX_MIN {
+        v.sort_unstable_by_key(|&(key, id, _, _)| (key, id));
+        return;
+    }
+    let digit = |e: &(u64, u32, u32, u32), d: usize| -> usize {
+        if d < 2 {
+            (e.1 >> (16 * d)) as usize & 0xffff
+        } else {
+            (e.0 >> (16 * (d - 2))) as usize & 0xffff
+        }
+    };
+    let mut out = vec![(0u64, 0u32, 0u32, 0u32); n];
+    let mut start = vec![0usize; 1 << 16];
+    for d in 0..6 {
+        start.fill(0);
+        for e in v.iter() {
+            start[digit(e, d)] += 1;
+        }
+        if start.contains(&n) {
+            continue; // every element has this digit: the order stands
+        }
+        let mut sum = 0;
+        for c in start.iter_mut() {
+            let k = *c;
+            *c = sum;
+            sum += k;
+        }
+        for e in v.iter() {
+            let b = &mut start[digit(e, d)];
+            out[*b] = *e;
+            *b += 1;
+        }
+        std::mem::swap(v, &mut out);
+    }
+}
+
+/// An integer in the order of `f64::total_cmp`: `order_key(a) <
+/// order_key(b)` exactly when `a.total_cmp(&b)` is `Less`.
+fn order_key(x: f64) -> u64 {
+    let b = x.to_bits();
+    // Negative numbers: every bit flipped (larger magnitudes first);
+    // positive ones: the sign bit set (above every negative).
+    if b >> 63 == 1 {
+        !b
+    } else {
+        b | 1 << 63
     }
 }
 
@@ -147,6 +237,52 @@ mod tests {
         assert_eq!(s.best(6, &score, |_| true), Some(3));
         assert_eq!(s.best(0, &score, |_| true), Some(0));
         assert_eq!(s.best(3, &score, |i| i == 0), Some(0));
+    }
+
+    #[test]
+    fn the_radix_sort_orders_by_key_and_id() {
+        let mut seed = 5u64;
+        let mut next = || {
+            seed = seed
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            seed
+        };
+        let mut v: Vec<(u64, u32, u32, u32)> = (0..RADIX_MIN as u32 + 999)
+            .map(|i| {
+                let r = next();
+                // Few distinct keys and ids (ties on both), wide ones too.
+                let key = if r % 3 == 0 { r >> 60 } else { r };
+                (key, (r >> 20) as u32 % 5000, i, 0)
+            })
+            .collect();
+        let mut want = v.clone();
+        want.sort_by_key(|&(key, id, _, _)| (key, id));
+        sort_by_key_and_id(&mut v);
+        let keys = |v: &[(u64, u32, u32, u32)]| v.iter().map(|e| (e.0, e.1)).collect::<Vec<_>>();
+        assert_eq!(keys(&v), keys(&want));
+    }
+
+    #[test]
+    fn order_key_orders_as_total_cmp() {
+        let xs = [
+            f64::NEG_INFINITY,
+            -1e300,
+            -1.0,
+            -f64::MIN_POSITIVE,
+            -0.0,
+            0.0,
+            f64::MIN_POSITIVE,
+            1.0,
+            3.5e12,
+            f64::INFINITY,
+            f64::NAN,
+        ];
+        for a in xs {
+            for b in xs {
+                assert_eq!(order_key(a).cmp(&order_key(b)), a.total_cmp(&b), "{a} {b}");
+            }
+        }
     }
 
     #[test]
