@@ -7,7 +7,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from ._graphio import GraphLike, graph_bytes
+from ._graphio import GraphLike, Inlined, graph_bytes
 from .planning import Plan, plan
 
 __all__ = ["PlannedStep", "Result", "apply", "function", "keras_step", "rewrite_plan"]
@@ -66,8 +66,10 @@ def apply(
     from tensorflow.core.framework import graph_pb2
 
     data, traced_loss = graph_bytes(graph_def)
+    # Inlined: plan and the rewrite take the bytes as they are, without scanning them again.
+    given = Inlined(data, traced_loss)
     p = plan(
-        data,
+        given,
         budget,
         strategy=strategy,
         device=device,
@@ -83,14 +85,15 @@ def apply(
         return Result(graph_pb2.GraphDef.FromString(data), p, report, None)
     # The bytes go to the rewrite, which parses them once and edits that copy: no other
     # parsed copy of the graph is made (at 10^6 nodes each costs about a GiB).
-    out = rewrite_plan(data, p, target)
+    out = rewrite_plan(given, p, target)
     report["inserted"] = out.summary.counts
     return Result(out.graph_def, p, report, out.summary)
 
 
 def rewrite_plan(source: Any, p: Plan, target: str = "gpu") -> Any:
     """Writes the planner's plan ``p`` into a copy of ``source`` (the GraphDef it was
-    planned from, or its serialized bytes): :func:`hybridplan.rewriting.rewrite_with_summary`.
+    planned from, its serialized bytes, or those as ``apply`` hands them on,
+    ``_graphio.Inlined``): :func:`hybridplan.rewriting.rewrite_with_summary`.
 
     The core plans from the graph's structure and shapes, without TensorFlow's op
     registry; a graph TensorFlow itself would not import (a node without an
@@ -122,6 +125,10 @@ def tensorflow_rejects(graph_def: Any) -> str | None:
     bytes), or None when it imports. O(graph) in C++; called only on the error path."""
     import tensorflow as tf
 
+    from ._graphio import Inlined
+
+    if isinstance(graph_def, Inlined):
+        graph_def = graph_def.data
     if isinstance(graph_def, (bytes, bytearray, memoryview)):
         from tensorflow.core.framework import graph_pb2
 

@@ -95,8 +95,6 @@ _VARIABLE_READ = frozenset(_OPS["variable_reads"])  # its output is the variable
 _HANDLES = frozenset(code for code, _, _, handle in _core.dtypes() if handle)
 _VARIANT = next(code for code, name, _, _ in _core.dtypes() if name == "variant")
 
-_MARKERS = tuple(b"\x12" + bytes([len(op)]) + op.encode() for op in IF_OPS + WHILE_OPS)
-
 Body = tuple[str, int, list[tuple[int, int, int, list[int], int]]]
 
 
@@ -109,7 +107,8 @@ def body_memory(data: bytes, workspace: str | None = None) -> list[Body]:
     node, and without TensorFlow. ``workspace`` is the core's workspace rule for the
     branch bodies' kernels.
     """
-    if not any(m in data for m in _MARKERS):
+    # The core reads the nodes' op fields only (opscan.rs): no parse without such a node.
+    if not _core.has_node_op(data, [*IF_OPS, *WHILE_OPS]):
         return []
     try:
         from tensorflow.core.framework import graph_pb2

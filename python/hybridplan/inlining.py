@@ -58,9 +58,13 @@ __all__ = ["CALL_OPS", "inline_calls", "inlined", "maybe_inline"]
 #: core's op table (``opkind::FUNCTION_CALLS``).
 CALL_OPS = tuple(_core.function_call_ops())
 
-# How a NodeDef's op field (field 2, length-delimited) holding a call op looks on the
-# wire: a cheap test that spares a flat graph the import of TensorFlow and a parse.
-_MARKERS = tuple(b"\x12" + bytes([len(op)]) + op.encode() for op in CALL_OPS)
+
+def _may_call(data: bytes) -> bool:
+    """Whether a node of the serialized GraphDef ``data`` may be a call: the core reads
+    the nodes' op fields only (``opscan.rs``; true for bytes it cannot read), a cheap test
+    that spares a flat graph the import of TensorFlow and a parse (about 40 ms at 10^6
+    nodes, against 0.1-0.25 s for one search of the bytes per op name)."""
+    return _core.has_node_op(data, list(CALL_OPS))
 
 
 def maybe_inline(data: bytes) -> bytes:
@@ -69,7 +73,7 @@ def maybe_inline(data: bytes) -> bytes:
     Needs TensorFlow only when a call is present (a NodeDef's op field holds a call op);
     without TensorFlow the bytes come back unchanged and the planner refuses the call.
     """
-    if not any(m in data for m in _MARKERS):
+    if not _may_call(data):
         return data
     try:
         from tensorflow.core.framework import graph_pb2
@@ -88,7 +92,7 @@ def maybe_inline(data: bytes) -> bytes:
 def inlined(graph_def: Any) -> Any:
     """``graph_def`` itself when it calls no function, else its inlined copy: what
     :func:`maybe_inline` gives the planner, so node indices of a plan match it."""
-    if not any(m in graph_def.SerializeToString() for m in _MARKERS):
+    if not _may_call(graph_def.SerializeToString()):
         return graph_def
     if not any(n.op in CALL_OPS for n in graph_def.node):
         return graph_def

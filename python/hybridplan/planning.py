@@ -13,6 +13,7 @@ import numpy as np
 from . import _args, _core
 from ._args import parse_bytes
 from ._backend import workspace_rule
+from ._gc import gc_paused
 from ._graphio import GraphLike, graph_bytes
 from .accumulators import statements
 from .controlflow import body_memory
@@ -539,7 +540,9 @@ def plan(
         "host_budget": host,
     }
     core = _core.plan(source, nbytes, **options, **build)
-    return Plan(core.report(), (core.timeline(0), core.timeline(1)), core.events())
+    with gc_paused():  # the report of 10^5 decisions is millions of objects, no cycles
+        report = core.report()
+    return Plan(report, (core.timeline(0), core.timeline(1)), core.events())
 
 
 def _source(

@@ -92,6 +92,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from . import _args, _core
+from ._gc import gc_paused
+from ._graphio import Inlined
 from .errors import InvalidArgumentError, UnsupportedGraphError
 from .inlining import inlined, maybe_inline
 
@@ -222,6 +224,7 @@ def rewrite_with_summary(
             result is the only parsed copy: what :func:`hybridplan.apply` passes); never
             modified. Its function calls are inlined first, as the planner inlined them
             (:mod:`hybridplan.inlining`): the result is the inlined graph, rewritten.
+            (``apply`` passes the bytes as ``_graphio.Inlined``: inlined already.)
         plan: a :class:`~hybridplan.planning.Plan` or its ``report`` (the plan
             schema), or a dict with the fields the module docstring lists.
         target: ``"gpu"`` or ``"cpu-emulation"`` (swap op and default devices).
@@ -246,6 +249,9 @@ def rewrite_with_summary(
     Complexity:
         O(size of the GraphDef) in C++ for the copy (or the parse of the bytes), then
         O(plan size + inputs of the touched nodes) in Python; no loop over all nodes.
+        The cyclic garbage collector is paused meanwhile (``_gc.gc_paused``): the
+        writer makes no cycles, and each of its full collections would walk every
+        object of the process (TensorFlow's included) again.
 
     Example::
 
@@ -253,9 +259,7 @@ def rewrite_with_summary(
     """
     if not isinstance(target, str) or target not in TARGETS:
         raise InvalidArgumentError(f"unknown target {target!r}; use one of {sorted(TARGETS)}")
-    from tensorflow.core.framework import graph_pb2
-
-    is_bytes = isinstance(graph_def, (bytes, bytearray, memoryview))
+    is_bytes = isinstance(graph_def, (bytes, bytearray, memoryview, Inlined))
     if not is_bytes and not (
         hasattr(graph_def, "node") and hasattr(graph_def, "SerializeToString")
     ):
@@ -264,10 +268,26 @@ def rewrite_with_summary(
             f"{type(graph_def).__name__}"
         )
     plan = _args.rewrite_spec(getattr(plan, "report", plan))
+    with gc_paused():
+        return _rewrite(graph_def, plan, target, device, host, prefix)
+
+
+def _rewrite(
+    graph_def: Any,
+    plan: Mapping[str, Any],
+    target: str,
+    device: str | None,
+    host: str | None,
+    prefix: str,
+) -> Rewritten:
+    from tensorflow.core.framework import graph_pb2
+
     spec = TARGETS[target]
     # A plan's node indices are those of the graph the planner read: calls inlined.
     # The writer edits its own copy in place: one copy of the graph, or one parse.
-    if is_bytes:
+    if isinstance(graph_def, Inlined):  # apply's bytes: calls inlined already
+        origin = out = graph_pb2.GraphDef.FromString(graph_def.data)
+    elif isinstance(graph_def, (bytes, bytearray, memoryview)):
         origin = out = graph_pb2.GraphDef.FromString(maybe_inline(bytes(graph_def)))
     else:
         origin, out = inlined(graph_def), graph_pb2.GraphDef()

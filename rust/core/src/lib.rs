@@ -54,6 +54,7 @@ pub(crate) mod inplace;
 pub mod liveness;
 pub(crate) mod nametable;
 pub mod opkind;
+pub mod opscan;
 pub(crate) mod phase;
 pub mod plan;
 #[cfg(any(test, feature = "testing"))]

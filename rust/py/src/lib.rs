@@ -808,6 +808,16 @@ fn function_call_ops() -> Vec<&'static str> {
     core::opkind::FUNCTION_CALLS.to_vec()
 }
 
+/// Whether some node of the serialized GraphDef `data` has one of the op types
+/// `ops` (`core::opscan::has_node_op`; true also for bytes it cannot read).
+#[pyfunction]
+fn has_node_op(py: Python<'_>, data: &[u8], ops: Vec<String>) -> PyResult<bool> {
+    run(py, move || {
+        let ops: Vec<&str> = ops.iter().map(String::as_str).collect();
+        Ok(core::opscan::has_node_op(data, &ops))
+    })
+}
+
 /// The planning strategies in report order: (name, one-line rule, swaps).
 #[pyfunction]
 fn strategies() -> Vec<(&'static str, &'static str, bool)> {
@@ -833,6 +843,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(strategies, m)?)?;
     m.add_function(wrap_pyfunction!(op_facts, m)?)?;
     m.add_function(wrap_pyfunction!(function_call_ops, m)?)?;
+    m.add_function(wrap_pyfunction!(has_node_op, m)?)?;
     m.add_function(wrap_pyfunction!(op_table, m)?)?;
     m.add_function(wrap_pyfunction!(load_plan, m)?)?;
     m.add("PLAN_SCHEMA_VERSION", core::schema::PLAN_SCHEMA_VERSION)?;
