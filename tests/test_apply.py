@@ -173,7 +173,8 @@ def test_hybrid_mixes_swaps_and_clones_and_beats_both():
     assert all(np.array_equal(a, b) for a, b in zip(base_weights, new_weights, strict=True))
 
 
-def test_a_swap_plan_that_waits_for_its_copies_runs_bit_identical_within_budget():
+@pytest.mark.parametrize("opt", ["sgd", "adam"])
+def test_a_swap_plan_that_waits_for_its_copies_runs_bit_identical_within_budget(opt):
     """On a link too slow to hide the swap-outs before the peak (0.2 GB/s), `swap`'s
     plans of hidden copies stop at 77% of the activation peak; at 60% its plan waits for
     copies (plan/wait.rs: a release node after the original's last forward reader takes
@@ -181,13 +182,13 @@ def test_a_swap_plan_that_waits_for_its_copies_runs_bit_identical_within_budget(
     computes bit for bit what the original step computes, and the device's measured
     tensor peak is within the activation budget. Planned without kernel scratch
     (``workspace=None``), so that both oneDNN settings plan the same step; the measured
-    peak leaves the scratch out too. (With SGD the same plan's swap-ins are triggered by
-    the `Identity` the optimizer puts on two batch-norm `gamma` gradients, and with
-    oneDNN on those momenta differ in the 11th digit: plan/trigger.rs lets such a node
-    trigger.)"""
+    peak leaves the scratch out too. (With SGD, two swap-ins used to be triggered by the
+    unread `Identity` the optimizer puts on two batch-norm `gamma` gradients, and those
+    momenta came out different in the 11th digit, with oneDNN on and off: no dead op
+    triggers now, rust/core/src/dead.rs.)"""
     from hybridplan.trialing import side_by_side
 
-    w, traced, _ = _workload("small_resnet", "adam")
+    w, traced, _ = _workload("small_resnet", opt)
     slow = dict(hybridplan.planning._device_args("cpu")[2])
     slow.update(name="slow-link", h2d_bandwidth=2e8, d2h_bandwidth=2e8)
     a = hybridplan.analyze(traced, device=slow, workspace=None)

@@ -58,9 +58,9 @@ impl NodeFlags {
     pub(crate) const WRITES_VARIABLE: u8 = 8;
     /// Has no inputs at all (placeholder, constant, variable handle).
     pub const SOURCE: u8 = 16;
-    /// Its schedule position says nothing about when TensorFlow runs it:
-    /// ready when the step starts, or dead (`untimed.rs`). Never a trigger.
-    pub(crate) const UNTIMED: u8 = 32;
+    /// Neither the loss nor a variable write depends on it, and it is no
+    /// source (`dead.rs`). Never a trigger.
+    pub(crate) const DEAD: u8 = 32;
     /// Control flow whose body's memory the caller stated
     /// ([`crate::body::BodyMemory`]): planned as one op of the schedule.
     pub(crate) const BODY_KNOWN: u8 = 64;

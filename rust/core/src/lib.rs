@@ -38,6 +38,7 @@ pub mod api;
 pub mod body;
 pub mod build;
 pub mod cost;
+pub(crate) mod dead;
 pub mod device;
 pub(crate) mod direct;
 pub mod dtype;
@@ -65,7 +66,6 @@ pub mod schema;
 pub mod simulate;
 #[cfg(feature = "testing")]
 pub mod synth;
-pub(crate) mod untimed;
 pub(crate) mod wire;
 pub mod workspace;
 

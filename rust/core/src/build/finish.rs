@@ -1,5 +1,5 @@
 //! The steps after the edges, shared by [`super::build`] and the GraphDef
-//! decoder: consumers, flags and aliases, phases and the loss, untimed
+//! decoder: consumers, flags and aliases, phases and the loss, dead
 //! nodes, persistent bytes, kernel scratch, and the check that every peak
 //! can be counted.
 //!
@@ -14,7 +14,7 @@ use crate::opkind;
 use super::BuildOptions;
 
 /// The steps both routes share once nodes, tensors and edges are in place:
-/// consumers, flags and aliases, phases and the loss, untimed nodes,
+/// consumers, flags and aliases, phases and the loss, dead nodes,
 /// persistent bytes.
 /// `lookup(g, name)` gives the id of the node named `name`.
 ///
@@ -31,7 +31,7 @@ pub(crate) fn finish(
     add_consumers(g);
     let variables = set_flags_and_aliases(g)?;
     crate::phase::classify(g, opts.loss.as_deref(), &lookup)?;
-    crate::untimed::mark(g);
+    crate::dead::mark(g);
     g.persistent_bytes = match opts.persistent_bytes {
         Some(b) => b,
         None => persistent_bytes(g, &variables),

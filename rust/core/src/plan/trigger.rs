@@ -10,9 +10,10 @@
 //! A source (a constant, a placeholder) never triggers: it has no inputs,
 //! so TensorFlow runs it at the start of the step whatever its position in
 //! our schedule, and the copy would start at once (measured: see
-//! docs/accuracy.md). Nor does an untimed node (`untimed.rs`: every
-//! ancestor a source, or dead, so that Grappler hands its control edges to
-//! its inputs). Nor does an op that Grappler's arithmetic optimizer
+//! docs/accuracy.md). Nor does a dead node (`dead.rs`: nothing the step
+//! keeps depends on it, so Grappler hands its control edges to its inputs
+//! or, reading live ops only, a control edge out of it changes the bits).
+//! Nor does an op that Grappler's arithmetic optimizer
 //! regroups with a neighbour (`opkind::regrouped_with`): a `Mul` whose one
 //! reader is a `Mul`, an `AddV2` in a tree of adds. Its stages
 //! `MinimizeBroadcasts` and `AddOpsRewrite` take in no node that drives a
@@ -90,7 +91,7 @@ pub(crate) fn safe_trigger_sorted(
         let t = s.order[q as usize];
         let qualifies = !g.nodes[t as usize]
             .flags
-            .has(NodeFlags::SOURCE | NodeFlags::UNTIMED)
+            .has(NodeFlags::SOURCE | NodeFlags::DEAD)
             && !is_reader(t)
             && !g.inputs(t).iter().any(|&x| read_by_consumer(x))
             && !g.data_consumers(t).iter().any(|&c| is_reader(c))
@@ -138,9 +139,10 @@ mod tests {
     /// FIFO order: x var f loss g dead g2 dead2 h write. `dead2` (nothing
     /// needs it, and it reads the dead `dead`) is at the ideal position and
     /// is passed over; `g2` feeds the reader `h`; `dead` reads the live loss
-    /// and times like any op.
+    /// but is dead too (a control edge out of it would keep it, and give the
+    /// loss a reader the original step has not): the walk ends at `g`.
     #[test]
-    fn a_dead_node_below_a_dead_one_never_triggers() {
+    fn no_dead_node_triggers() {
         let g = build(
             &[
                 spec("x", "Placeholder", &[]),
@@ -167,7 +169,7 @@ mod tests {
         let h = s.order[at("h") as usize];
         assert_eq!(at("dead2"), at("g2") + 1, "the order the test assumes");
         let q = safe_trigger(&g, &s, at("dead2"), 0, &[h]).unwrap();
-        assert_eq!(name(q), "dead");
+        assert_eq!(name(q), "g");
     }
 
     /// The swap-in for `r` is ideally triggered by `m1`, whose one reader

@@ -1,51 +1,56 @@
-//! Nodes whose place in the schedule says nothing about when TensorFlow runs
-//! them: a control edge from one of them times nothing, so none may be the
-//! trigger of a swap-in or of recompute clones (`plan/trigger.rs`). Today
-//! these are dead nodes more than one op below the live ones.
+//! Dead nodes: none may be the trigger of a swap-in or of recompute clones
+//! (`plan/trigger.rs`), for a control edge out of one either times nothing
+//! or changes what the step computes.
 //!
 //! # The rule
 //! A node is **dead** when neither the loss nor any variable write depends
 //! on it (data or control edges): a gradient with respect to a constant,
-//! such as the one of `div_no_nan`'s denominator in a mean loss. Grappler's
-//! pruning removes its readers and its dependency optimizer turns it into a
-//! `NoOp` whose control edges it hands to the node's inputs, and so on up
-//! a chain of dead nodes: a clone meant to wait for one runs as soon as the
-//! first live ops above the chain have run. Measured: an MLP's recompute
-//! clones triggered by `gradient_tape/mean_squared_error/div_no_nan/div_no_nan_2`
-//! (scheduled at 61% of the step; two dead ops below the loss) ran right
-//! after the loss, at 29% (docs/accuracy.md, finding 11).
+//! such as the one of `div_no_nan`'s denominator in a mean loss, or the
+//! `Identity` an optimizer puts on each gradient and nothing reads. Every
+//! dead node that is not a source is flagged [`NodeFlags::DEAD`]. Two
+//! measured reasons, one for each kind of dead node:
 //!
-//! A dead node is **untimed** when one of its inputs is itself dead (not a
-//! source), or all its inputs are sources (it is ready at the start). A dead
-//! node reading only live ops and sources (the `Identity` an optimizer puts
-//! on each gradient) stays a possible trigger: its control edges go to
-//! those live ops, which end when it becomes ready, as for any other node.
+//! - **Below another dead node, or reading only sources, it times
+//!   nothing.** Grappler's pruning removes the readers of dead nodes and its
+//!   dependency optimizer turns them into `NoOp`s whose control edges it
+//!   hands to their inputs, up a chain of dead nodes: a clone meant to wait
+//!   for one runs as soon as the first live ops above the chain have run.
+//!   An MLP's recompute clones triggered by
+//!   `gradient_tape/mean_squared_error/div_no_nan/div_no_nan_2` (scheduled
+//!   at 61% of the step; two dead ops below the loss) ran right after the
+//!   loss, at 29% (docs/accuracy.md, finding 11).
+//! - **Reading only live ops, it changes the bits.** The original step
+//!   runs without it (pruned); a control edge out of it keeps it, and its
+//!   inputs gain a reader they do not have in the original step, which
+//!   Grappler's rewrites of single-reader chains see. A Keras ResNet with
+//!   SGD and momentum (`tests/test_apply.py`, the waiting swap plan at 60%)
+//!   had two swap-ins triggered by `sgd/Identity_11` and `sgd/Identity_18`,
+//!   the unread `Identity` on two batch-norm `gamma` gradients (each a `Mul`
+//!   whose other reader, through the optimizer's `IdentityN`, is the `Mul`
+//!   by the learning rate): those two momenta came out different in the
+//!   11th digit, with oneDNN on and off. A control edge out of the `gamma`
+//!   gradient's `Mul` itself, to the same op, left every bit as it was.
+//!   Walking past the dead node reaches its inputs, which Grappler would
+//!   have handed the control edge to, so the trigger ends at the same time.
+//!
 //! A graph that writes no variable (not a training step) has no dead nodes
 //! by this rule: its outputs are unknown. Sources are never flagged (they
 //! carry [`NodeFlags::SOURCE`] and never trigger anyway).
 //!
 //! # Complexity
 //! O(N + E): one reverse walk from the loss and the variable writes, one
-//! pass over the edges; O(N) memory.
+//! pass over the nodes; O(N) memory.
 
 use crate::graph::{Graph, NodeFlags};
 
-/// Sets [`NodeFlags::UNTIMED`] on the untimed dead nodes (see the module
-/// documentation); needs `g.loss` and the node flags set.
+/// Sets [`NodeFlags::DEAD`] on the dead nodes that are not sources (see
+/// the module documentation); needs `g.loss` and the node flags set.
 pub(crate) fn mark(g: &mut Graph) {
     let live = live(g);
-    let source = |p: u32| g.nodes[p as usize].flags.has(NodeFlags::SOURCE);
-    let untimed: Vec<u32> = (0..g.num_nodes() as u32)
-        .filter(|&v| {
-            !live[v as usize]
-                && !source(v)
-                && (g.predecessors(v).all(source)
-                    || g.predecessors(v).any(|p| !source(p) && !live[p as usize]))
-        })
-        .collect();
-    for v in untimed {
-        let f = g.nodes[v as usize].flags;
-        g.nodes[v as usize].flags = NodeFlags(f.0 | NodeFlags::UNTIMED);
+    for (v, node) in g.nodes.iter_mut().enumerate() {
+        if !live[v] && !node.flags.has(NodeFlags::SOURCE) {
+            node.flags = NodeFlags(node.flags.0 | NodeFlags::DEAD);
+        }
     }
 }
 
@@ -94,17 +99,16 @@ mod tests {
         NodeSpec::test(name, op, inputs, &[])
     }
 
-    fn untimed(g: &Graph) -> Vec<&str> {
+    fn dead(g: &Graph) -> Vec<&str> {
         (0..g.num_nodes() as u32)
-            .filter(|&v| g.nodes[v as usize].flags.has(NodeFlags::UNTIMED))
+            .filter(|&v| g.nodes[v as usize].flags.has(NodeFlags::DEAD))
             .map(|v| g.node_name(v))
             .collect()
     }
 
     /// x -> f -> loss; loss -> grad -> write(var); c -> cneg -> grad;
-    /// loss -> dead -> dead2 (a gradient branch nothing needs: `dead` reads
-    /// the live loss, so it times like any op, `dead2` does not);
-    /// c -> cdead (dead, ready at the start).
+    /// loss -> dead -> dead2 (a gradient branch nothing needs);
+    /// c -> cdead (dead, ready at the start). Every one of the three.
     #[test]
     fn flags_the_nodes_neither_the_loss_nor_a_write_needs() {
         let g = build(
@@ -128,7 +132,7 @@ mod tests {
             },
         )
         .unwrap();
-        assert_eq!(untimed(&g), vec!["dead2", "cdead"]);
+        assert_eq!(dead(&g), vec!["dead", "dead2", "cdead"]);
     }
 
     /// A node that only a control edge ties to a write is live.
@@ -151,7 +155,7 @@ mod tests {
             },
         )
         .unwrap();
-        assert!(untimed(&g).is_empty(), "{:?}", untimed(&g));
+        assert!(dead(&g).is_empty(), "{:?}", dead(&g));
     }
 
     #[test]
@@ -170,6 +174,6 @@ mod tests {
             },
         )
         .unwrap();
-        assert!(untimed(&g).is_empty(), "{:?}", untimed(&g));
+        assert!(dead(&g).is_empty(), "{:?}", dead(&g));
     }
 }
