@@ -11,6 +11,7 @@ from __future__ import annotations
 import pytest
 
 import hybridplan
+from hybridplan.errors import BudgetError
 from hybridplan.testing import families
 
 DEVICE = "a100-pcie4"
@@ -50,7 +51,7 @@ def _fed(p) -> list[tuple[str, list[int]]]:
     ]
 
 
-@pytest.mark.parametrize(("fam", "size", "frac"), [("residual", 1, 0.8), ("chain", 2, 0.9)])
+@pytest.mark.parametrize(("fam", "size", "frac"), [("residual", 2, 0.8), ("chain", 2, 0.9)])
 def test_hybrid_recomputes_from_a_swapped_in_checkpoint(fam, size, frac):
     p = _plan(fam, size, 0, frac, "hybrid")
     fed = _fed(p)
@@ -63,6 +64,18 @@ def test_hybrid_recomputes_from_a_swapped_in_checkpoint(fam, size, frac):
     swap = _plan(fam, size, 0, frac, "swap")
     assert p.planned["step_time_s"] < 0.9 * swap.planned["step_time_s"]
     assert p.planned["bytes_d2h"] < swap.planned["bytes_d2h"]
+
+
+def test_hybrid_fits_where_swap_only_cannot():
+    # residual-1 at 0.8: the only op between the loss and its gradient that reads
+    # neither the last activation nor its readers' inputs is the unread Identity on
+    # the loss, a dead op that may not trigger (rust/core/src/dead.rs), so no
+    # swap-in of that activation can start in time; hybrid swaps the first
+    # activation and recomputes the next block from its copy.
+    with pytest.raises(BudgetError):
+        _plan("residual", 1, 0, 0.8, "swap")
+    p = _plan("residual", 1, 0, 0.8, "hybrid")
+    assert _fed(p)
 
 
 def test_swaps_are_placed_against_the_device_to_host_queue():

@@ -57,7 +57,13 @@ def test_no_plan_triggers_on_a_dead_op():
     nodes = traced.graph_def.node
     dead = _dead(traced.graph_def, a.loss.split(":")[0])
     assert "gradient_tape/mean_squared_error/div_no_nan/div_no_nan_2" in dead
-    assert any(n.op == "Identity" and n.name.startswith("sgd/") for n in nodes if n.name in dead)
+    # An optimizer's unread Identity on a gradient: dead, reading live ops only
+    # (found by structure: the optimizer's name scope depends on what ran before).
+    assert any(
+        n.op == "Identity" and not {i.lstrip("^").split(":")[0] for i in n.input} & dead
+        for n in nodes
+        if n.name in dead
+    )
     checked = 0
     for strategy in ("recompute", "swap", "hybrid"):
         for f in (0.7, 0.8, 0.9):
