@@ -528,6 +528,13 @@ pub(crate) fn regrouped_with(reader: &str, producer: &str) -> bool {
         || (add(reader) && add(producer))
 }
 
+/// Does Grappler's constant folding turn `op` into a `Mul` when its divisor
+/// (input 1) is a constant (`x / c` into `x * (1 / c)`, before the
+/// arithmetic optimizer's stages run)? Floating-point types only.
+pub(crate) fn div_folded_to_mul(op: &str) -> bool {
+    matches!(op, "RealDiv" | "Div")
+}
+
 /// Is `op` a root `AddOpsRewrite` leaves alone when it drives a control edge
 /// (see [`regrouped_with`])?
 pub(crate) fn add_group_root(op: &str) -> bool {

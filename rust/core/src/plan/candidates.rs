@@ -18,7 +18,9 @@
 //! nothing (measured: see docs/accuracy.md). Handle-typed tensors (a
 //! `variant` that holds tensors, [`crate::body`]) are never candidates.
 //! Nor is the output of a link of a `Mul` chain or an add tree whose one
-//! data reader continues the chain (`opkind::regrouped_with`): Grappler's
+//! kept data reader continues the chain (`opkind::regrouped_with`, with
+//! dead readers pruned and divisions by constants seen as `Mul`s, as in
+//! `trigger::kept_reader` and `trigger::seen_op`): Grappler's
 //! arithmetic optimizer regroups the two in the original (the product in
 //! another order, which rounds otherwise), and a swap-in between them,
 //! not of the chain's op, would end the chain there
@@ -31,6 +33,8 @@ use crate::graph::{Graph, NodeFlags};
 use crate::liveness::Liveness;
 use crate::opkind;
 use crate::schedule::Schedule;
+
+use super::trigger::{kept_reader, seen_op};
 
 /// One buffer that could be swapped.
 #[derive(Debug, Clone, PartialEq)]
@@ -84,10 +88,10 @@ pub fn swap_candidates(
         ) {
             let p = g.tensors[c.tensor as usize].node;
             let producer = g.op_name(p);
-            if let [r] = g.data_consumers(p) {
-                if opkind::regrouped_with(g.op_name(*r), producer) {
-                    continue; // a link of a chain Grappler regroups
-                }
+            if kept_reader(g, p)
+                .is_some_and(|r| opkind::regrouped_with(seen_op(g, r), seen_op(g, p)))
+            {
+                continue; // a link of a chain Grappler regroups
             }
             if c.late
                 .iter()

@@ -24,7 +24,7 @@
 //! + its inputs) per recompute option.
 
 use super::candidates::{position_at, SwapCandidate};
-use super::trigger::{regrouped, safe_trigger, safe_trigger_sorted};
+use super::trigger::{clone_splits_chain, regrouped, safe_trigger, safe_trigger_sorted};
 use crate::graph::{Graph, NodeFlags, Phase};
 use crate::liveness::Liveness;
 use crate::schedule::Schedule;
@@ -641,7 +641,9 @@ fn with_fused_producers(ctx: &Ctx<'_>, work: &mut Work) {
 /// The option of the clones `work.clones` at position `trigger`, freeing
 /// the candidates of `work.set` for the late readers `work.buf`: the
 /// clones grown by their fused producers, their inputs from outside and
-/// the costs. `None` when a clone must not be recomputed.
+/// the costs. `None` when a clone must not be recomputed, or when cloning
+/// it would change how Grappler's arithmetic optimizer groups it with its
+/// readers (`trigger::clone_splits_chain`).
 fn finish_recompute(
     ctx: &Ctx<'_>,
     unit: usize,
@@ -675,8 +677,18 @@ fn finish_grown(
         ..
     } = work;
     inputs.clear();
+    // `clones` is in schedule order, `consumers` sorted by node.
+    let pos = &ctx.s.pos;
+    let is_clone = |c: u32| {
+        clones
+            .binary_search_by_key(&pos[c as usize], |&x| pos[x as usize])
+            .is_ok()
+    };
+    let is_consumer = |c: u32| consumers.binary_search(&c).is_ok();
     for &v in clones.iter() {
-        if g.nodes[v as usize].flags.has(NodeFlags::NO_RECOMPUTE) {
+        if g.nodes[v as usize].flags.has(NodeFlags::NO_RECOMPUTE)
+            || clone_splits_chain(g, v, is_clone, is_consumer)
+        {
             return None;
         }
         for &t in g.inputs(v) {
