@@ -128,35 +128,47 @@ def _add_chain(gd: graph_pb2.GraphDef) -> None:
         gd.node.add(name=name, op=op, input=inputs).attr["T"].type = types_pb2.DT_FLOAT
 
 
-def _mul_chain() -> graph_pb2.GraphDef:
+def _placeholders(feed: dict) -> graph_pb2.GraphDef:
+    """A GraphDef of one float ``Placeholder`` per entry of ``feed``, of its shape."""
     gd = graph_pb2.GraphDef()
-    for name, value in _MUL_FEED.items():
+    for name, value in feed.items():
         ph = gd.node.add(name=name, op="Placeholder")
         ph.attr["dtype"].type = types_pb2.DT_FLOAT
         for d in np.shape(value):
             ph.attr["shape"].shape.dim.add().size = d
+    return gd
+
+
+def _mul_chain() -> graph_pb2.GraphDef:
+    gd = _placeholders(_MUL_FEED)
     _add_chain(gd)
     return gd
 
 
-def _run_chain(gd: graph_pb2.GraphDef) -> np.ndarray:
-    """``m2`` of ``gd`` run as a function of the placeholders, as a traced step runs
-    (runner.py): Grappler then knows their shapes. (A Session's fed placeholders have
-    none for the arithmetic optimizer, which does not assume feeds valid, so its shape
-    stages do nothing there.)"""
-    names = list(_MUL_FEED)
+def _run_fed(gd: graph_pb2.GraphDef, feed: dict, fetch: str) -> np.ndarray:
+    """``fetch`` (and ``r``) of ``gd`` run as a function of the placeholders, fed
+    ``feed``, as a traced step runs (runner.py): Grappler then knows their shapes, and
+    prunes what neither output needs. (A Session's fed placeholders have none for the
+    arithmetic optimizer, which does not assume feeds valid, so its shape stages do
+    nothing there.)"""
+    names = list(feed)
 
     def body(*args):
         return tf.graph_util.import_graph_def(
             gd,
             input_map={f"{k}:0": x for k, x in zip(names, args, strict=True)},
-            return_elements=["m2:0", "r:0"],
+            return_elements=[f"{fetch}:0", "r:0"],
             name="",
         )
 
-    specs = [tf.TensorSpec(np.shape(v), tf.float32) for v in _MUL_FEED.values()]
-    m2, _ = tf.compat.v1.wrap_function(body, specs)(*_MUL_FEED.values())
-    return m2.numpy()
+    specs = [tf.TensorSpec(np.shape(v), tf.float32) for v in feed.values()]
+    out, _ = tf.compat.v1.wrap_function(body, specs)(*feed.values())
+    return out.numpy()
+
+
+def _run_chain(gd: graph_pb2.GraphDef) -> np.ndarray:
+    """``m2`` of the chain ``gd`` (``_run_fed``)."""
+    return _run_fed(gd, _MUL_FEED, "m2")
 
 
 def test_a_trigger_inside_a_mul_chain_changes_the_product():
@@ -280,12 +292,7 @@ def _division_by_six() -> graph_pb2.GraphDef:
     """``d = (F * v) / 6`` where ``m1 = F * v`` has a second, unread reader ``dead``
     (as a hard-swish gradient's ``Mul`` has: the gradient with respect to the constant
     6), and ``r = -(-x)`` unrelated."""
-    gd = graph_pb2.GraphDef()
-    for name, value in _DIV_FEED.items():
-        ph = gd.node.add(name=name, op="Placeholder")
-        ph.attr["dtype"].type = types_pb2.DT_FLOAT
-        for d in np.shape(value):
-            ph.attr["shape"].shape.dim.add().size = d
+    gd = _placeholders(_DIV_FEED)
     six = gd.node.add(name="six", op="Const")
     six.attr["dtype"].type = types_pb2.DT_FLOAT
     six.attr["value"].tensor.CopyFrom(tf.make_tensor_proto(np.float32(6.0)))
@@ -303,19 +310,7 @@ def _division_by_six() -> graph_pb2.GraphDef:
 
 def _run_division(gd: graph_pb2.GraphDef) -> np.ndarray:
     """``d`` run as a function of the placeholders (``dead`` is pruned, as in a step)."""
-    names = list(_DIV_FEED)
-
-    def body(*args):
-        return tf.graph_util.import_graph_def(
-            gd,
-            input_map={f"{k}:0": x for k, x in zip(names, args, strict=True)},
-            return_elements=["d:0", "r:0"],
-            name="",
-        )
-
-    specs = [tf.TensorSpec(np.shape(v), tf.float32) for v in _DIV_FEED.values()]
-    d, _ = tf.compat.v1.wrap_function(body, specs)(*_DIV_FEED.values())
-    return d.numpy()
+    return _run_fed(gd, _DIV_FEED, "d")
 
 
 def test_a_trigger_on_a_mul_divided_by_a_constant_changes_the_product():

@@ -133,12 +133,16 @@ pub(super) fn regrouped(g: &Graph, t: u32) -> bool {
 /// it changed the weights (oneDNN on and off). O(1 + the dead readers met
 /// before a second kept one).
 pub(super) fn kept_reader(g: &Graph, n: u32) -> Option<u32> {
-    only(
-        g.data_consumers(n)
-            .iter()
-            .copied()
-            .filter(|&c| !g.nodes[c as usize].flags.has(NodeFlags::DEAD)),
-    )
+    only(kept_readers(g, n))
+}
+
+/// The data readers of `n` that are not dead, as `Graph::data_consumers`
+/// lists them.
+fn kept_readers(g: &Graph, n: u32) -> impl Iterator<Item = u32> + '_ {
+    g.data_consumers(n)
+        .iter()
+        .copied()
+        .filter(|&c| !g.nodes[c as usize].flags.has(NodeFlags::DEAD))
 }
 
 /// Whether cloning `v` (`is_clone`: the unit's clones; `is_consumer`: the
@@ -178,15 +182,9 @@ pub(super) fn clone_splits_chain(
     }
     let continues = |c: u32| regrouped_with(seen_op(g, c), op);
     let reads_clone = |c: u32| is_clone(c) || is_consumer(c);
-    let kept = || {
-        g.data_consumers(v)
-            .iter()
-            .copied()
-            .filter(|&c| !g.nodes[c as usize].flags.has(NodeFlags::DEAD))
-    };
-    if kept().nth(1).is_some() {
-        let clone_side = only(kept().filter(|&c| reads_clone(c)));
-        let left_side = only(kept().filter(|&c| !is_consumer(c)));
+    if kept_readers(g, v).nth(1).is_some() {
+        let clone_side = only(kept_readers(g, v).filter(|&c| reads_clone(c)));
+        let left_side = only(kept_readers(g, v).filter(|&c| !is_consumer(c)));
         if clone_side.is_some_and(continues) || left_side.is_some_and(continues) {
             return true;
         }
