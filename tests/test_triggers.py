@@ -35,10 +35,15 @@ def _mlp() -> hybridplan.Traced:
 
 def _dead(graph_def, loss_node: str) -> set[str]:
     """Names of the dead ops (neither the loss nor a variable write depends on them,
-    by data or control edges) that are not sources."""
+    by data or control edges) that are not sources. An ``Identity`` chain out of the loss
+    is the loss under other names (what the step returns): live."""
     inputs = {n.name: [i.lstrip("^").split(":")[0] for i in n.input] for n in graph_def.node}
     writes = [n.name for n in graph_def.node if n.op.startswith(("Assign", "ResourceApply"))]
-    live, stack = set(), [loss_node, *writes]
+    names = {loss_node}
+    identities = [n.name for n in graph_def.node if n.op == "Identity" and inputs[n.name]]
+    while grown := {v for v in identities if v not in names and inputs[v][0] in names}:
+        names |= grown
+    live, stack = set(), [*names, *writes]
     while stack:
         v = stack.pop()
         if v not in live:

@@ -33,6 +33,15 @@
 //!   Walking past the dead node reaches its inputs, which Grappler would
 //!   have handed the control edge to, so the trigger ends at the same time.
 //!
+//! An `Identity` of the loss (or of such an `Identity`) is the loss under
+//! another name, not a dead node: a traced step returns its loss through
+//! one (a Keras step's output `Identity` on its `div_no_nan` loss), and
+//! TensorFlow runs it as the step's output, right after the loss. Flagged
+//! dead, it could not trigger, and on a small graph it can be the only op
+//! in reach between the loss and its gradient (the synthetic families'
+//! `out`: `hybrid-paper` and `swap` then found no plan on several of them,
+//! docs/optimality.md).
+//!
 //! A graph that writes no variable (not a training step) has no dead nodes
 //! by this rule: its outputs are unknown. Sources are never flagged (they
 //! carry [`NodeFlags::SOURCE`] and never trigger anyway).
@@ -42,6 +51,7 @@
 //! pass over the nodes; O(N) memory.
 
 use crate::graph::{Graph, NodeFlags};
+use crate::opkind::IDENTITIES;
 
 /// Sets [`NodeFlags::DEAD`] on the dead nodes that are not sources (see
 /// the module documentation); needs `g.loss` and the node flags set.
@@ -64,13 +74,29 @@ fn live(g: &Graph) -> Vec<bool> {
     if stack.is_empty() {
         return vec![true; n];
     }
-    if let Some(t) = g.tensors.get(g.loss as usize) {
-        stack.push(t.node);
-    }
     // Marked live when pushed, so that each node is pushed once: the stack
     // never grows past N.
     let mut live = vec![false; n];
     stack.retain(|&v| !std::mem::replace(&mut live[v as usize], true));
+    if let Some(t) = g.tensors.get(g.loss as usize) {
+        // The loss and the loss under other names: an `Identity` chain out
+        // of it, walked from `first` on.
+        let first = stack.len();
+        if !std::mem::replace(&mut live[t.node as usize], true) {
+            stack.push(t.node);
+        }
+        let mut i = first;
+        while i < stack.len() {
+            for &c in g.data_consumers(stack[i]) {
+                if IDENTITIES.contains(&g.op_name(c))
+                    && !std::mem::replace(&mut live[c as usize], true)
+                {
+                    stack.push(c);
+                }
+            }
+            i += 1;
+        }
+    }
     stack.reserve(n);
     while let Some(v) = stack.pop() {
         // Two loops, not `predecessors`: the chained iterator is called
@@ -133,6 +159,34 @@ mod tests {
         )
         .unwrap();
         assert_eq!(dead(&g), vec!["dead", "dead2", "cdead"]);
+    }
+
+    /// `out = Identity(loss)` and `out2 = Identity(out)` are the loss under
+    /// other names (what a traced step returns), not dead; `neg` reading
+    /// `out`, and `other = Identity(f)`, are.
+    #[test]
+    fn an_identity_of_the_loss_is_the_loss() {
+        let g = build(
+            &[
+                spec("x", "Placeholder", &[]),
+                spec("var", "VarHandleOp", &[]),
+                spec("f", "Relu", &["x"]),
+                spec("loss", "Sum", &["f"]),
+                spec("out", "Identity", &["loss"]),
+                spec("out2", "Identity", &["out"]),
+                spec("neg", "Neg", &["out"]),
+                spec("other", "Identity", &["f"]),
+                spec("grad", "Mul", &["loss", "f"]),
+                spec("write", "AssignSubVariableOp", &["var", "grad"]),
+            ],
+            &BuildOptions {
+                loss: Some("loss:0".into()),
+                persistent_bytes: Some(0),
+                ..Default::default()
+            },
+        )
+        .unwrap();
+        assert_eq!(dead(&g), vec!["neg", "other"]);
     }
 
     /// A node that only a control edge ties to a write is live.
