@@ -171,6 +171,23 @@ def _run_chain(gd: graph_pb2.GraphDef) -> np.ndarray:
     return _run_fed(gd, _MUL_FEED, "m2")
 
 
+def _swapped_a(gd: graph_pb2.GraphDef, trigger: str) -> graph_pb2.GraphDef:
+    """``gd`` rewritten with ``a`` swapped out and back in for ``r``, the swap-in
+    triggered by ``trigger``: a plan that leaves every float product alone but for the
+    trigger's control edge."""
+    plan = {
+        "swaps": [
+            {
+                "node": _index(gd, "a"),
+                "after": _index(gd, "a"),
+                "ins": [{"trigger": _index(gd, trigger), "consumers": [_index(gd, "r")]}],
+            }
+        ],
+        "recomputes": [],
+    }
+    return rewrite_with_summary(gd, plan, target="cpu-emulation").graph_def
+
+
 def test_a_trigger_inside_a_mul_chain_changes_the_product():
     """The minimal graph for MinimizeBroadcasts: the original runs (s * v) * F; with the
     swap-in's trigger on m1 (the chain's inner link) the rewritten graph runs (s * F) * v
@@ -185,17 +202,7 @@ def test_a_trigger_inside_a_mul_chain_changes_the_product():
     assert want.tobytes() == reordered.tobytes()  # Grappler reordered the original
 
     def swapped(trigger: str) -> np.ndarray:
-        plan = {
-            "swaps": [
-                {
-                    "node": _index(gd, "a"),
-                    "after": _index(gd, "a"),
-                    "ins": [{"trigger": _index(gd, trigger), "consumers": [_index(gd, "r")]}],
-                }
-            ],
-            "recomputes": [],
-        }
-        return _run_chain(rewrite_with_summary(gd, plan, target="cpu-emulation").graph_def)
+        return _run_chain(_swapped_a(gd, trigger))
 
     assert swapped("m1").tobytes() == as_written.tobytes()  # the edge stopped the stage
     assert swapped("b").tobytes() == want.tobytes()
@@ -327,17 +334,7 @@ def test_a_trigger_on_a_mul_divided_by_a_constant_changes_the_product():
     assert want.tobytes() != as_written.tobytes()  # Grappler regrouped the original
 
     def swapped(trigger: str) -> np.ndarray:
-        plan = {
-            "swaps": [
-                {
-                    "node": _index(gd, "a"),
-                    "after": _index(gd, "a"),
-                    "ins": [{"trigger": _index(gd, trigger), "consumers": [_index(gd, "r")]}],
-                }
-            ],
-            "recomputes": [],
-        }
-        return _run_division(rewrite_with_summary(gd, plan, target="cpu-emulation").graph_def)
+        return _run_division(_swapped_a(gd, trigger))
 
     assert swapped("m1").tobytes() != want.tobytes()
     assert swapped("b").tobytes() == want.tobytes()
