@@ -101,6 +101,7 @@ fn plan_touching(a: &Analysis, target: usize) -> Plan {
                 trigger,
                 consumers: late,
                 clone_consumers: vec![],
+                follows: false,
             }];
             plan.swaps.push(Swap {
                 release: hybridplan_core::graph::NONE,

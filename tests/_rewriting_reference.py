@@ -391,6 +391,7 @@ class _Writer:
         self.spec, self.device, self.host, self.prefix = spec, device, host, prefix
         self.swap_out: list[str] = []
         self.swap_in: list[str] = []
+        self.last_in: dict[int, str] = {}
         self.clones: list[str] = []
         self.gates: list[str] = []
         self.gate_of: dict[tuple[str, str], str] = {}
@@ -464,14 +465,20 @@ class _Writer:
             self.out.node[r].input.append(f"^{out_name}")
         for j, entry in enumerate(swap.get("ins", ())):
             where = f"swaps[{i}].ins[{j}]"
-            trigger = self.name(self.index(entry["trigger"], f"{where}.trigger"))
+            t = self.index(entry["trigger"], f"{where}.trigger")
+            # A swap-in that follows also waits for the one written before it with
+            # the same trigger (plan/queue.rs in the core).
+            control = [self.name(t)]
+            if entry.get("follows", False):
+                control.append(self.last_in[t])
             readers = [*entry.get("consumers", ()), *entry.get("clone_consumers", ())]
             siblings = self.siblings(readers, {source}.__contains__, where)
             tag = f"{self.prefix}/swap_in/{i}_{j}"
             in_name = _ranked(self.name(p), [_tensor("", k)], siblings, tag)
             op = self.spec.swap_in_op
-            self.add_copy(in_name, op, self.device, out_name, [trigger], (p, k, dtype))
+            self.add_copy(in_name, op, self.device, out_name, control, (p, k, dtype))
             self.swap_in.append(in_name)
+            self.last_in[t] = in_name
             for c in entry.get("consumers", ()):
                 self.rewire(self.index(c, f"{where}.consumers"), {source: in_name}, where)
             for c in entry.get("clone_consumers", ()):

@@ -72,6 +72,7 @@ class SwapInDecision(TypedDict):
     trigger_name: str
     consumers: list[int]
     clone_consumers: list[int]
+    follows: bool
 
 @type_check_only
 class SwapDecision(TypedDict):

@@ -7,7 +7,8 @@ these fields of it (a hand-written plan may give only these; ``output`` defaults
 ``after`` to ``node``)::
 
     {"swaps": [{"node": p, "output": k, "after": a, "gate": {"node": r} or None,
-                "ins": [{"trigger": t, "consumers": [...], "clone_consumers": [...]}]}],
+                "ins": [{"trigger": t, "consumers": [...], "clone_consumers": [...],
+                         "follows": False}]}],
      "recomputes": [{"nodes": [...], "trigger": t, "consumers": [...],
                      "clone_consumers": [...], "inputs": [{"node": p, "output": k}],
                      "readers": [{"node": v, "output": k, "reads": n}]}]}
@@ -17,7 +18,9 @@ What is inserted (semantics of ``rust/core/src/plan.rs``):
 - **Swap.** One swap-out node ``<prefix>/swap_out/<i>/<producer>`` copies ``p:k`` to the
   host; when ``after != p`` it has a control input from ``after``. Each ``ins`` entry
   ``j`` adds a swap-in node ``<producer><pad><prefix>/swap_in/<i>_<j>`` on the device that
-  reads the swap-out and has a control input from ``trigger``. Every input slot of a
+  reads the swap-out and has a control input from ``trigger``; when ``follows`` is true,
+  also one from the swap-in node written before it with the same trigger (the copies one
+  op releases run in the plan's order, ``plan/queue.rs``). Every input slot of a
   node in ``consumers`` that reads ``p:k`` is rewired to the swap-in; the clones of the
   nodes in ``clone_consumers`` read it too. When ``gate`` is given (not None), its node
   ``r`` gets a control input from the swap-out: the step does not move past it before
@@ -474,6 +477,8 @@ class _Writer:
         self.spec, self.device, self.host, self.prefix = spec, device, host, prefix
         self.swap_out: list[str] = []
         self.swap_in: list[str] = []
+        # Trigger index -> the swap-in node written last with that trigger (``follows``).
+        self.last_in: dict[int, str] = {}
         self.clones: list[str] = []
         self.gates: list[str] = []
         self.gate_of: dict[tuple[str, str], str] = {}
@@ -569,14 +574,24 @@ class _Writer:
             self.changing(r).input.append(f"^{out_name}")
         for j, entry in enumerate(swap.get("ins", ())):
             where = f"swaps[{i}].ins[{j}]"
-            trigger = self.name(self.index(entry["trigger"], f"{where}.trigger"))
+            t = self.index(entry["trigger"], f"{where}.trigger")
+            trigger = self.name(t)
+            control = [trigger]
+            if entry.get("follows", False):
+                if t not in self.last_in:
+                    raise InvalidArgumentError(
+                        f"{where}: follows no swap-in: no swap-in with the same trigger "
+                        "is listed before it"
+                    )
+                control.append(self.last_in[t])
             readers = [*entry.get("consumers", ()), *entry.get("clone_consumers", ())]
             siblings = self.siblings(readers, {source}.__contains__, where)
             tag = f"{self.prefix}/swap_in/{i}_{j}"
             in_name = _ranked(producer, [_tensor("", k)], siblings, tag)
             op = self.spec.swap_in_op
-            self.add_copy(in_name, op, self.device, out_name, [trigger], (p, k, dtype))
+            self.add_copy(in_name, op, self.device, out_name, control, (p, k, dtype))
             self.swap_in.append(in_name)
+            self.last_in[t] = in_name
             for c in entry.get("consumers", ()):
                 self.rewire(self.index(c, f"{where}.consumers"), {source: in_name}, where)
             for c in entry.get("clone_consumers", ()):

@@ -311,6 +311,7 @@ mod tests {
                     trigger: p.order[c.late[0].0 as usize - 1],
                     consumers,
                     clone_consumers: vec![],
+                    follows: false,
                 }],
             }],
             recomputes: vec![],

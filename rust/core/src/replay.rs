@@ -20,9 +20,9 @@
 //!   [`crate::simulate::SimResult::events`] lists them, and the predicted
 //!   memory timeline.
 //!
-//! The swap-ins of one tensor run on the serial host-to-device engine in
-//! the order they become ready: the order of their triggers on the stream
-//! (ties: plan order), which assigns the simulator's events to them.
+//! The swap-ins of one tensor run on the serial host-to-device engine one
+//! at a time: the order their copies end in the simulation assigns the
+//! simulator's events to them.
 //!
 //! # Format
 //! JSON, `version` [`VERSION`]; a reader refuses another version
@@ -234,7 +234,7 @@ pub fn replay(
         .map(|it| replay_op(g, &table, &times, it))
         .collect();
     let mut swaps = replay_swaps(g, plan);
-    let timeline = place_events(g, plan, &sim.events, &mut ops, &mut swaps)?;
+    let timeline = place_events(plan, &sim, &mut ops, &mut swaps)?;
     Ok(Replay {
         version: VERSION,
         device: dev.clone(),
@@ -377,34 +377,34 @@ fn mismatch(what: &str) -> PlanError {
 /// Copies the simulator's event times onto the ops and swaps, and lists the
 /// events as the replay's timeline (same order).
 fn place_events(
-    g: &Graph,
     plan: &Plan,
-    events: &[crate::simulate::SimEvent],
+    sim: &crate::simulate::SimResult,
     ops: &mut [ReplayOp],
     swaps: &mut [ReplaySwap],
 ) -> Result<Vec<ReplayEvent>> {
-    let mut node_op = vec![NONE; g.num_nodes()];
-    for (i, o) in ops.iter().enumerate() {
-        if o.clone.is_none() {
-            node_op[o.node as usize] = i as u32;
-        }
-    }
+    let events = &sim.events;
     let swap_of: rustc_hash::FxHashMap<u32, u32> = plan
         .swaps
         .iter()
         .enumerate()
         .map(|(k, s)| (s.tensor, k as u32))
         .collect();
-    // Swap-ins of each swap in the order the engine serves them.
-    let mut in_queue: Vec<std::collections::VecDeque<u32>> = plan
-        .swaps
-        .iter()
-        .map(|s| {
-            let mut js: Vec<u32> = (0..s.ins.len() as u32).collect();
-            js.sort_by_key(|&j| (node_op[s.ins[j as usize].trigger as usize], j));
-            js.into()
-        })
-        .collect();
+    // Swap-ins of each swap in the order the engine serves them, one at a
+    // time: the order their copies end.
+    let mut base = 0usize;
+    let mut in_queue: Vec<std::collections::VecDeque<u32>> = Vec::with_capacity(plan.swaps.len());
+    for s in &plan.swaps {
+        let end = |j: u32| {
+            sim.swap_in_end
+                .get(base + j as usize)
+                .copied()
+                .unwrap_or(f64::NAN)
+        };
+        let mut js: Vec<u32> = (0..s.ins.len() as u32).collect();
+        js.sort_by(|&a, &b| end(a).total_cmp(&end(b)).then(a.cmp(&b)));
+        in_queue.push(js.into());
+        base += s.ins.len();
+    }
     let mut next_op = 0usize;
     let mut out = Vec::with_capacity(events.len());
     for e in events {

@@ -108,6 +108,10 @@ pub struct SwapInDecision {
     pub consumers: Vec<u32>,
     /// Nodes whose recompute clones read this swap-in.
     pub clone_consumers: Vec<u32>,
+    /// The copy starts after the copy of the swap-in listed before it with
+    /// the same trigger has ended (`plan/queue.rs`); absent: false.
+    #[serde(default)]
+    pub follows: bool,
 }
 
 /// One swapped tensor.
@@ -317,6 +321,7 @@ impl PlanReport {
                         trigger: i.trigger,
                         consumers: i.consumers.clone(),
                         clone_consumers: i.clone_consumers.clone(),
+                        follows: i.follows,
                     })
                     .collect(),
                 release: s.release.as_ref().map_or(NONE, |r| r.node),
@@ -364,6 +369,7 @@ pub(crate) fn swap_decisions(g: &Graph, plan: &Plan) -> Vec<SwapDecision> {
                         trigger_name: g.nodes[i.trigger as usize].name.to_string(),
                         consumers: i.consumers.clone(),
                         clone_consumers: i.clone_consumers.clone(),
+                        follows: i.follows,
                     })
                     .collect(),
                 release: node_ref(g, s.release),

@@ -79,6 +79,7 @@ fn swap(a: &Analysis, t: &str, after: &str, trigger: &str, cons: &[&str]) -> Swa
             trigger: id(a, trigger),
             consumers: cons.iter().map(|c| id(a, c)).collect(),
             clone_consumers: vec![],
+            follows: false,
         }],
     }
 }
@@ -394,6 +395,7 @@ fn generated_plan(a: &Analysis) -> Plan {
                     trigger,
                     consumers: late,
                     clone_consumers: vec![],
+                    follows: false,
                 }],
             });
         } else if k == 10 && !no_rc && g.outputs(p).len() == 1 {
@@ -585,6 +587,7 @@ mod props {
                     trigger,
                     consumers: set(c),
                     clone_consumers: set(cc),
+                    follows: false,
                 }],
             });
         let recomputes = rcs.into_iter().map(|(nodes, trigger, c, cc)| Recompute {
@@ -647,6 +650,7 @@ mod props {
                         trigger,
                         consumers: set(cons),
                         clone_consumers: vec![],
+                        follows: false,
                     }],
                 });
             }
@@ -808,3 +812,105 @@ fn a_swap_out_or_a_later_clone_keeps_the_output_apart() {
     // While the clone runs: a (its input, kept) and d's 40; no new 400.
     assert_eq!(bytes_at(&r, clone.start_s + 0.5), 440);
 }
+
+/// x -> a -> b -> c -> d -> e -> f(e, c) -> h(f, a): `a` (800 bytes) is
+/// needed after `c` (400 bytes), and `e` releases both copies back.
+fn two_copies_one_trigger(queued: bool) -> (Analysis, Plan) {
+    let a = graph(&[
+        ("x", "Placeholder", &[], 4),
+        ("a", "Relu", &["x"], 800),
+        ("b", "Relu", &["a"], 40),
+        ("c", "Relu", &["b"], 400),
+        ("d", "Relu", &["c"], 40),
+        ("e", "Relu", &["d"], 40),
+        ("f", "AddV2", &["e", "c"], 40),
+        ("h", "AddV2", &["f", "a"], 40),
+    ]);
+    let sa = swap(&a, "a", "b", "e", &["h"]);
+    let mut sc = swap(&a, "c", "d", "e", &["f"]);
+    let swaps = match queued {
+        // Listed by tensor: `a` first, served first.
+        false => vec![sa, sc],
+        // Listed by need, `a`'s copy queued behind `c`'s.
+        true => {
+            let mut sa = sa;
+            sa.ins[0].follows = true;
+            sc.ins[0].follows = false;
+            vec![sc, sa]
+        }
+    };
+    let plan = Plan {
+        swaps,
+        recomputes: vec![],
+    };
+    (a, plan)
+}
+
+#[test]
+fn copies_one_op_releases_run_in_plan_order_and_a_follower_waits() {
+    let dev = link(400.0, 1.0); // 400 bytes a second each way
+                                // Ops of 1 s from a at 0; outs a [2, 4] after b, c [4, 5] after d; e
+                                // ends at 5 and releases both.
+    let (a, plan) = two_copies_one_trigger(false);
+    let r = run(&a, &UNIT_8, &dev, &plan);
+    // a's copy first [5, 7], c's [7, 8]: f waits 3 s for c.
+    assert_eq!(events(&r, EventKind::SwapIn), vec![(5.0, 7.0), (7.0, 8.0)]);
+    assert_eq!(r.stall_time_s, 3.0);
+    assert_eq!(r.step_time_s, 10.0);
+    // Needed first, copied first: c [5, 6], then a [6, 8]; f waits 1 s,
+    // h (at 7) 1 s.
+    let (a, plan) = two_copies_one_trigger(true);
+    let r = run(&a, &UNIT_8, &dev, &plan);
+    assert_eq!(events(&r, EventKind::SwapIn), vec![(5.0, 6.0), (6.0, 8.0)]);
+    assert_eq!(r.stall_time_s, 2.0);
+    assert_eq!(r.step_time_s, 9.0);
+}
+
+#[test]
+fn a_follower_waits_for_the_copy_before_it_even_when_its_own_is_ready() {
+    // 200 bytes a second: outs a [2, 6] after b, c [6, 8] (behind a) after
+    // d; e ends at 5. Listed by need (c, then a):
+    let dev = link(200.0, 1.0);
+    let (a, mut plan) = two_copies_one_trigger(true);
+    // Not queued, a's copy is ready first (6) and goes first: [6, 10], then
+    // c's [10, 12].
+    plan.swaps[1].ins[0].follows = false;
+    let r = run(&a, &UNIT_8, &dev, &plan);
+    let mut ins = events(&r, EventKind::SwapIn);
+    ins.sort_by(|x, y| x.0.total_cmp(&y.0));
+    assert_eq!(ins, vec![(6.0, 10.0), (10.0, 12.0)]);
+    // Queued, it waits for c's: c [8, 10], then a [10, 14].
+    plan.swaps[1].ins[0].follows = true;
+    let r = run(&a, &UNIT_8, &dev, &plan);
+    let mut ins = events(&r, EventKind::SwapIn);
+    ins.sort_by(|x, y| x.0.total_cmp(&y.0));
+    assert_eq!(ins, vec![(8.0, 10.0), (10.0, 14.0)]);
+}
+
+#[test]
+fn a_swap_in_that_follows_nothing_or_a_late_swap_out_is_an_invalid_plan() {
+    let dev = link(400.0, 1.0);
+    // Listed first, it follows nothing.
+    let (a, mut plan) = two_copies_one_trigger(true);
+    plan.swaps[0].ins[0].follows = true;
+    let e = simulate(&a.graph, &a.schedule, &UNIT_8, &dev, &plan).unwrap_err();
+    assert!(e.to_string().contains("follows no swap-in"), "{e}");
+    // Both released by d, but c's swap-out waits for e, after d: a wait
+    // for c's copy would hang on an op after the trigger.
+    let (a, mut plan) = two_copies_one_trigger(true);
+    plan.swaps[0].after = id(&a, "e");
+    for sw in &mut plan.swaps {
+        sw.ins[0].trigger = id(&a, "d");
+    }
+    // Valid without the queue.
+    plan.swaps[1].ins[0].follows = false;
+    simulate(&a.graph, &a.schedule, &UNIT_8, &dev, &plan).unwrap();
+    plan.swaps[1].ins[0].follows = true;
+    let e = simulate(&a.graph, &a.schedule, &UNIT_8, &dev, &plan).unwrap_err();
+    assert!(
+        e.to_string().contains("cannot start before the trigger"),
+        "{e}"
+    );
+}
+
+const UNIT_8: [f64; 8] = [0.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0];

@@ -12,7 +12,11 @@
 //!   copy instead of the original, and so do the clones of the nodes in
 //!   `clone_consumers`. The original buffer is freed once every other reader
 //!   has run and the swap-out has finished. If `release` is set, that node
-//!   does not start before the swap-out has finished.
+//!   does not start before the swap-out has finished. A swap-in that
+//!   `follows` starts its copy only once the copy of the swap-in listed before
+//!   it in the plan with the same trigger (swaps in order, each one's
+//!   swap-ins in order) has ended: the order of copies one op releases
+//!   together is the plan's (`queue.rs`).
 //! - A [`Recompute`] clones `nodes` (in schedule order); the clones run right
 //!   after `trigger`. The nodes in `consumers` read the clones' outputs
 //!   instead of the originals, and so do the clones of the nodes in
@@ -32,6 +36,10 @@ pub struct SwapIn {
     /// Nodes whose recompute clones read the swapped-in copy (sorted, unique).
     #[serde(default)]
     pub clone_consumers: Vec<u32>,
+    /// The copy waits for the copy of the previous swap-in with the same
+    /// trigger in plan order (a control edge between the two copies).
+    #[serde(default)]
+    pub follows: bool,
 }
 
 /// A tensor copied to the host and back.
@@ -103,6 +111,7 @@ mod paper;
 pub mod partition;
 pub mod planner;
 mod portfolio;
+pub(crate) mod queue;
 pub(crate) mod rebuild;
 mod recomputes;
 pub(crate) mod release;

@@ -51,6 +51,7 @@ use super::cuts::{cut_segments, Cuts, Made};
 use super::fit::Recs;
 use super::greedy::{Chosen, Index};
 use super::options::{swap_option, Ctx, RecomputeOpt, SwapOpt};
+use super::queue::queue_by_need;
 use super::recomputes::{rebuild_options, recompute_options};
 use super::select::Selection;
 use super::tflms::TflmsParams;
@@ -428,10 +429,12 @@ impl<'a> Planner<'a> {
         }
     }
 
-    /// Turns choices into the plan format, sorted for determinism.
+    /// Turns choices into the plan format, sorted for determinism; the
+    /// swaps listed by need, with the copies one op releases queued
+    /// (`queue.rs`).
     pub fn to_plan(&self, c: &Chosen) -> Plan {
         let order = &self.ctx.s.order;
-        let mut swaps: Vec<Swap> = c
+        let swaps: Vec<Swap> = c
             .swaps
             .iter()
             .map(|o| {
@@ -455,6 +458,7 @@ impl<'a> Planner<'a> {
                             trigger: order[p.trigger as usize],
                             consumers,
                             clone_consumers,
+                            follows: false,
                         }
                     })
                     .collect();
@@ -470,11 +474,12 @@ impl<'a> Planner<'a> {
                 }
             })
             .collect();
-        swaps.sort_by_key(|s| s.tensor);
         let mut recomputes: Vec<Recompute> =
             c.recomputes.iter().map(|r| self.recompute_of(r)).collect();
         recomputes.sort_by_key(|r| (r.trigger, r.nodes.first().copied().unwrap_or(NONE)));
-        Plan { swaps, recomputes }
+        let mut plan = Plan { swaps, recomputes };
+        queue_by_need(self.ctx.g, self.ctx.s, &mut plan);
+        plan
     }
 
     /// The swap options and their buffers (for tools and tests).

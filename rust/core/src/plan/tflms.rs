@@ -128,6 +128,7 @@ fn groups(
                     trigger: s.order[q as usize],
                     consumers,
                     clone_consumers: vec![],
+                    follows: false,
                 });
             }
         }

@@ -75,6 +75,13 @@ pub(super) struct Prep {
     /// Tensor of each swap-in; first swap-in of each swap (len S + 1).
     pub(super) in_tensor: Vec<u32>,
     pub(super) in_base: Vec<u32>,
+    /// The swap-in whose copy each swap-in's copy waits for (`follows`),
+    /// and the one waiting for it (NONE: none).
+    pub(super) in_pred: Vec<u32>,
+    pub(super) in_succ: Vec<u32>,
+    /// Per trigger: the swap-in listed last, and the stream item after
+    /// which its copy can start (while the swaps are added).
+    last_in: FxHashMap<u32, (u32, u32)>,
     /// Reads of original nodes served by a swap-in or a clone.
     pub(super) redirect: FxHashMap<(u32, u32), Src>,
     /// Per stream item: does it read anything redirected?
@@ -222,6 +229,9 @@ impl Prep {
             clone_in: Vec::new(),
             in_tensor: Vec::new(),
             in_base: vec![0],
+            in_pred: Vec::new(),
+            in_succ: Vec::new(),
+            last_in: FxHashMap::default(),
             redirect: FxHashMap::default(),
             redirected: reuse(&mut sc.redirected, total, false),
             cands: FxHashMap::default(),
@@ -356,7 +366,30 @@ impl Prep {
             return Err(what.err(g, "has no consumers".into()));
         }
         let trig = self.node_item[si.trigger as usize];
-        let avail = trig.max(out_item);
+        let mut avail = trig.max(out_item);
+        let prev = self.last_in.get(&si.trigger).copied();
+        let mut pred = NONE;
+        if si.follows {
+            let Some((p, p_avail)) = prev else {
+                return Err(what.err(
+                    g,
+                    "follows no swap-in: no swap-in with the same trigger is listed before it"
+                        .into(),
+                ));
+            };
+            if p_avail > trig {
+                return Err(what.err(
+                    g,
+                    "follows a swap-in whose swap-out cannot start before the trigger runs".into(),
+                ));
+            }
+            pred = p;
+            avail = avail.max(p_avail);
+            self.in_succ[p as usize] = i;
+        }
+        self.in_pred.push(pred);
+        self.in_succ.push(NONE);
+        self.last_in.insert(si.trigger, (i, avail));
         for &c in &si.consumers {
             check_reads(g, c, t, what)?;
             self.check_before(g, trig, avail, c, what)?;

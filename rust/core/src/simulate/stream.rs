@@ -7,7 +7,8 @@
 //! ended, its inputs are on the device (a swap-in copy: the copy has
 //! ended) and the swap-outs it is the release node of have ended. When it
 //! ends it submits the swap-outs of its outputs and the swap-ins it
-//! triggers to the link (`link.rs`); the link is stepped only when the
+//! triggers to the link (`link.rs`), a swap-in that `follows` another once
+//! that one's copy has ended too; the link is stepped only when the
 //! stream waits for a copy, then drained at the end. Every buffer read
 //! records its last reader, for the memory sweep (`memory.rs`).
 //!
@@ -322,14 +323,30 @@ impl<'a> Sim<'a> {
             Fire::Out(k) => self.link.submit(0, k, t),
             Fire::Trigger(i) => {
                 self.trig_end[i as usize] = t;
-                let k = self.swap_of_in(i);
-                if self.xf[k].done {
-                    let ready = t.max(self.xf[k].end);
-                    self.link
-                        .submit(1, (self.n_swaps + i as usize) as u32, ready);
-                }
+                self.submit_in(i);
             }
         }
+    }
+
+    /// Queues swap-in `i` once its trigger has run, its swap-out has ended
+    /// and the copy it follows (if any) has ended: ready at the last of them.
+    fn submit_in(&mut self, i: u32) {
+        let te = self.trig_end[i as usize];
+        let out = &self.xf[self.swap_of_in(i)];
+        if te.is_nan() || !out.done {
+            return;
+        }
+        let mut ready = te.max(out.end);
+        let pred = self.p.in_pred[i as usize];
+        if pred != NONE {
+            let x = &self.xf[self.n_swaps + pred as usize];
+            if !x.done {
+                return;
+            }
+            ready = ready.max(x.end);
+        }
+        self.link
+            .submit(1, (self.n_swaps + i as usize) as u32, ready);
     }
 
     pub(super) fn swap_of_in(&self, i: u32) -> usize {
@@ -343,15 +360,14 @@ impl<'a> Sim<'a> {
         for &x in &done {
             let k = x as usize;
             if k >= self.n_swaps {
+                let succ = self.p.in_succ[k - self.n_swaps];
+                if succ != NONE {
+                    self.submit_in(succ);
+                }
                 continue;
             }
-            let t = self.xf[k].end;
             for i in self.p.in_base[k]..self.p.in_base[k + 1] {
-                let te = self.trig_end[i as usize];
-                if !te.is_nan() {
-                    self.link
-                        .submit(1, (self.n_swaps + i as usize) as u32, te.max(t));
-                }
+                self.submit_in(i);
             }
         }
         done.clear();
