@@ -219,22 +219,31 @@ def test_copies_one_op_releases_are_queued_by_need_and_run_bit_identical():
     the copy before it (plan/queue.rs): on a slow link (0.2 GB/s) at 60% of the
     activation peak, `hybrid`'s plan of the small ResNet queues copies. The rewrite
     gives each such swap-in a control input from the swap-in written before it with the
-    same trigger, and the step computes bit for bit what the original computes."""
+    same trigger, and the step computes bit for bit what the original computes. Planned
+    without kernel scratch (``workspace=None``), so that both oneDNN settings plan the
+    same step (with TensorFlow's own kernels' scratch the plan at 60% queues nothing)."""
     from hybridplan.trialing import side_by_side
 
     w, traced, _ = _workload("small_resnet", "sgd")
     slow = dict(hybridplan.planning._device_args("cpu")[2])
     slow.update(name="slow-link", h2d_bandwidth=2e8, d2h_bandwidth=2e8)
-    budget = hybridplan.analyze(traced, device=slow).budget_for(0.6)
+    budget = hybridplan.analyze(traced, device=slow, workspace=None).budget_for(0.6)
     r = hybridplan.apply(
-        traced, budget, strategy="hybrid", device=slow, target="cpu-emulation", min_bytes=256
+        traced,
+        budget,
+        strategy="hybrid",
+        device=slow,
+        target="cpu-emulation",
+        min_bytes=256,
+        workspace=None,
     )
     p = r.plan
     assert p.planned["peak_bytes"] <= budget
     ins = [i for s in p.swaps for i in s["ins"]]
     assert any(i["follows"] for i in ins)
     # Listed by need: the swap-ins of one trigger are listed by their first reader.
-    order = {n: k for k, n in enumerate(hybridplan.analyze(traced, device=slow)._core.order)}
+    a = hybridplan.analyze(traced, device=slow, workspace=None)
+    order = {n: k for k, n in enumerate(a._core.order)}
     written = {n.name: n for n in r.graph_def.node}
     names = r.summary.swap_in
     assert len(names) == len(ins)
