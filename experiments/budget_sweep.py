@@ -88,17 +88,19 @@ def traced(key: str, cache: Path) -> tuple[bytes, str | None, float]:
     build, *_ = fitting._builder(name, "size", dict(fixed))
     d = cache / key
     d.mkdir(parents=True, exist_ok=True)
-    pr = fitting._Prober(build, [], {}, d, lambda m: None)
+    pr = fitting._Prober(build, {}, d, lambda m: None)
     (data, loss), seconds = pr.graph(size)
     return data, loss, seconds
 
 
 def by_need(a, p) -> float:
     """The simulated step of plan ``p`` with its swaps listed by when each is first
-    needed (the schedule position of its first swap-in's first consumer) instead of
-    by tensor: the copy engines serve copies ready at the same instant in plan order
-    (``simulate/link.rs``), so swap-ins sharing a trigger are queued tensor first.
-    A what-if, not a plan: uses the core's ``simulate_plan`` (private)."""
+    needed (the schedule position of its first swap-in's first consumer) and no copy
+    queued behind another (``follows`` dropped): the copy engines then serve copies
+    ready at the same instant in plan order (``simulate/link.rs``). The planners list
+    swaps so already and queue the copies one op releases (``plan/queue.rs``), so this
+    column shows what the queues change. A what-if, not a plan: uses the core's
+    ``simulate_plan`` (private)."""
     from hybridplan import _core
 
     none = 2**32 - 1
