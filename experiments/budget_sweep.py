@@ -407,6 +407,7 @@ def picture(results: list[dict], path: Path) -> None:
 
 
 def main() -> int:
+    global DEVICE
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--workloads", nargs="*", default=list(WORKLOADS), choices=list(WORKLOADS))
     ap.add_argument("--points", type=int, default=16, help="evenly spaced budgets (table)")
@@ -424,7 +425,14 @@ def main() -> int:
     ap.add_argument("--png", default="docs/img/budget_sweep.png")
     ap.add_argument("--doc", default="docs/fit.md", help="'' to leave the docs alone")
     ap.add_argument("--commit", default="(uncommitted)")
+    ap.add_argument(
+        "--device",
+        default=DEVICE,
+        help="device preset (default v100-nvlink2, the papers' GPU class; the docs' "
+        "section and picture are that device's: use --doc '' --png '' for another)",
+    )
     args = ap.parse_args()
+    DEVICE = args.device
 
     def say(msg: str) -> None:
         print(f"sweep: {msg}", file=sys.stderr, flush=True)
