@@ -95,6 +95,13 @@ def _run(w, traced, initial, graph_def):
     return losses, gradients, [v.numpy() for v in traced.variables]
 
 
+def _slow_link() -> dict:
+    """The ``cpu`` device model with a 0.2 GB/s link each way: copies cannot hide."""
+    slow = dict(hybridplan.planning._device_args("cpu")[2])
+    slow.update(name="slow-link", h2d_bandwidth=2e8, d2h_bandwidth=2e8)
+    return slow
+
+
 def _plan_that_changes_the_graph(traced, strategy):
     a = hybridplan.analyze(traced, device="cpu")
     for fraction in (0.8, 0.9, 0.97):
@@ -148,8 +155,7 @@ def test_hybrid_mixes_swaps_and_clones_and_beats_both():
     more: at 70% of the activation peak the hybrid plan mixes both, is faster
     than each strategy alone (or they do not fit), and runs bit for bit."""
     w, traced, initial = _workload("small_resnet", "sgd")
-    slow = dict(hybridplan.planning._device_args("cpu")[2])
-    slow.update(name="slow-link", h2d_bandwidth=2e8, d2h_bandwidth=2e8)
+    slow = _slow_link()
     a = hybridplan.analyze(traced, device=slow)
     budget = a.budget_for(0.7)
     hybrid = hybridplan.plan(traced, budget, strategy="hybrid", device=slow, min_bytes=256)
@@ -189,8 +195,7 @@ def test_a_swap_plan_that_waits_for_its_copies_runs_bit_identical_within_budget(
     from hybridplan.trialing import side_by_side
 
     w, traced, _ = _workload("small_resnet", opt)
-    slow = dict(hybridplan.planning._device_args("cpu")[2])
-    slow.update(name="slow-link", h2d_bandwidth=2e8, d2h_bandwidth=2e8)
+    slow = _slow_link()
     a = hybridplan.analyze(traced, device=slow, workspace=None)
     budget = a.budget_for(0.6)
     r = hybridplan.apply(
@@ -225,8 +230,7 @@ def test_copies_one_op_releases_are_queued_by_need_and_run_bit_identical():
     from hybridplan.trialing import side_by_side
 
     w, traced, _ = _workload("small_resnet", "sgd")
-    slow = dict(hybridplan.planning._device_args("cpu")[2])
-    slow.update(name="slow-link", h2d_bandwidth=2e8, d2h_bandwidth=2e8)
+    slow = _slow_link()
     budget = hybridplan.analyze(traced, device=slow, workspace=None).budget_for(0.6)
     r = hybridplan.apply(
         traced,
