@@ -102,6 +102,25 @@ def _slow_link() -> dict:
     return slow
 
 
+def _applied_on_a_slow_link(traced, strategy: str):
+    """``apply`` at 60% of the activation peak on ``_slow_link``, for the CPU emulation,
+    planned without kernel scratch (``workspace=None``) so that both oneDNN settings plan
+    the same step; the result, the analysis and the budget."""
+    slow = _slow_link()
+    a = hybridplan.analyze(traced, device=slow, workspace=None)
+    budget = a.budget_for(0.6)
+    r = hybridplan.apply(
+        traced,
+        budget,
+        strategy=strategy,
+        device=slow,
+        target="cpu-emulation",
+        min_bytes=256,
+        workspace=None,
+    )
+    return r, a, budget
+
+
 def _plan_that_changes_the_graph(traced, strategy):
     a = hybridplan.analyze(traced, device="cpu")
     for fraction in (0.8, 0.9, 0.97):
@@ -195,18 +214,7 @@ def test_a_swap_plan_that_waits_for_its_copies_runs_bit_identical_within_budget(
     from hybridplan.trialing import side_by_side
 
     w, traced, _ = _workload("small_resnet", opt)
-    slow = _slow_link()
-    a = hybridplan.analyze(traced, device=slow, workspace=None)
-    budget = a.budget_for(0.6)
-    r = hybridplan.apply(
-        traced,
-        budget,
-        strategy="swap",
-        device=slow,
-        target="cpu-emulation",
-        min_bytes=256,
-        workspace=None,
-    )
+    r, a, budget = _applied_on_a_slow_link(traced, "swap")
     p = r.plan
     assert p.planned["peak_bytes"] <= budget
     assert p.planned["step_time_s"] > 1.01 * p.original["step_time_s"]  # it waits
@@ -230,23 +238,12 @@ def test_copies_one_op_releases_are_queued_by_need_and_run_bit_identical():
     from hybridplan.trialing import side_by_side
 
     w, traced, _ = _workload("small_resnet", "sgd")
-    slow = _slow_link()
-    budget = hybridplan.analyze(traced, device=slow, workspace=None).budget_for(0.6)
-    r = hybridplan.apply(
-        traced,
-        budget,
-        strategy="hybrid",
-        device=slow,
-        target="cpu-emulation",
-        min_bytes=256,
-        workspace=None,
-    )
+    r, a, budget = _applied_on_a_slow_link(traced, "hybrid")
     p = r.plan
     assert p.planned["peak_bytes"] <= budget
     ins = [i for s in p.swaps for i in s["ins"]]
     assert any(i["follows"] for i in ins)
     # Listed by need: the swap-ins of one trigger are listed by their first reader.
-    a = hybridplan.analyze(traced, device=slow, workspace=None)
     order = {n: k for k, n in enumerate(a._core.order)}
     written = {n.name: n for n in r.graph_def.node}
     names = r.summary.swap_in
