@@ -47,8 +47,8 @@
 //! One entry point, [`Simulator::run`], with a [`Detail`]: `Summary` gives
 //! the figures a planner's judge needs (peak, step time, stall, traffic,
 //! host peak) without building the timeline, the events and the per-op
-//! and per-copy times; `Full` gives everything. The figures are the same,
-//! bit for bit, at either detail.
+//! and per-copy times; `Times` adds those times; `Full` gives everything.
+//! The figures are the same, bit for bit, at every detail.
 //!
 //! # Complexity
 //! O((N + C) + E + P log P + M) time and O(N + T + E + C + P) memory for
@@ -121,6 +121,10 @@ pub enum Detail {
     /// and `op_start` are left empty (`events_truncated` is true when the
     /// step had any event). What a planner's judge needs.
     Summary,
+    /// The figures of `Summary`, with the per-copy times (`swap_out_end`,
+    /// `swap_out_start`, `swap_in_end`) and `op_start`: what release
+    /// placement reads (`plan/release.rs`). No timeline, no events.
+    Times,
     /// Every field, with at most `max_events` events in
     /// [`SimResult::events`] (transfers first, then compute items in stream
     /// order).
@@ -135,7 +139,8 @@ impl Detail {
 }
 
 /// The simulator's prediction for one plan. Seconds and bytes. The vectors
-/// are empty at [`Detail::Summary`].
+/// are empty at [`Detail::Summary`], and the timeline and events at
+/// [`Detail::Times`].
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct SimResult {
     /// When the last compute item or copy finished.

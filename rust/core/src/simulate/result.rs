@@ -21,22 +21,23 @@ impl Sim<'_> {
         self.hold_swapped();
         self.forward_in_place();
         let full = matches!(detail, Detail::Full { .. });
+        let times = full || detail == Detail::Times;
         let m = self.memory(full);
         let step = self.step_time();
         let sum =
             |r: std::ops::Range<usize>| -> u64 { self.xf[r].iter().map(|x| x.bytes as u64).sum() };
         let (events, events_truncated) = match detail {
             Detail::Full { max_events } => self.events(max_events),
-            Detail::Summary => (Vec::new(), self.xf.len() + self.start.len() > 0),
+            Detail::Summary | Detail::Times => (Vec::new(), self.xf.len() + self.start.len() > 0),
         };
         let copies = |from: usize, to: usize, f: fn(&super::link::Xfer) -> f64| -> Vec<f64> {
-            if full {
+            if times {
                 self.xf[from..to].iter().map(f).collect()
             } else {
                 Vec::new()
             }
         };
-        let op_start = if full {
+        let op_start = if times {
             let start = &self.start;
             self.p
                 .node_item

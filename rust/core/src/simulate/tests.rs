@@ -49,6 +49,17 @@ fn summary_matches_the_full_simulation() {
         assert_eq!(full.host_peak_bytes, host.peak_bytes);
         assert_eq!(kept.run(&plan, Detail::FULL).unwrap(), full);
         assert_eq!(kept.run(&plan, Detail::Summary).unwrap(), sum);
+        // `Times`: the summary's figures and the full run's per-op and
+        // per-copy times, no timeline, no events.
+        let times = kept.run(&plan, Detail::Times).unwrap();
+        assert_eq!(times.to_summary(), sum);
+        assert!(times.timeline.is_empty() && times.events.is_empty());
+        assert_eq!(times.events_truncated, sum.events_truncated);
+        assert_eq!(
+            (&times.op_start, &times.swap_out_end, &times.swap_out_start, &times.swap_in_end),
+            (&full.op_start, &full.swap_out_end, &full.swap_out_start, &full.swap_in_end)
+        );
+        assert!(plan.swaps.is_empty() || !times.swap_out_end.is_empty());
     }
 }
 
