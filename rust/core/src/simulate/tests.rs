@@ -56,8 +56,18 @@ fn summary_matches_the_full_simulation() {
         assert!(times.timeline.is_empty() && times.events.is_empty());
         assert_eq!(times.events_truncated, sum.events_truncated);
         assert_eq!(
-            (&times.op_start, &times.swap_out_end, &times.swap_out_start, &times.swap_in_end),
-            (&full.op_start, &full.swap_out_end, &full.swap_out_start, &full.swap_in_end)
+            (
+                &times.op_start,
+                &times.swap_out_end,
+                &times.swap_out_start,
+                &times.swap_in_end
+            ),
+            (
+                &full.op_start,
+                &full.swap_out_end,
+                &full.swap_out_start,
+                &full.swap_in_end
+            )
         );
         assert!(plan.swaps.is_empty() || !times.swap_out_end.is_empty());
     }
