@@ -120,5 +120,6 @@ mod spans;
 pub(crate) mod stab;
 pub mod tflms;
 mod tflms_grid;
+pub(crate) mod tried;
 pub(crate) mod trigger;
 mod wait;

@@ -24,6 +24,7 @@
 //! + its inputs) per recompute option.
 
 use super::candidates::{position_at, SwapCandidate};
+use super::tried::{Reuse, Tried};
 use super::trigger::{clone_splits_chain, regrouped, safe_trigger, safe_trigger_sorted};
 use crate::graph::{Graph, NodeFlags, Phase};
 use crate::liveness::Liveness;
@@ -305,6 +306,8 @@ pub(crate) struct Work {
     inputs: Vec<u32>,
     /// The options placed since the last [`Work::take`].
     out: Vec<RecomputeOpt>,
+    /// The calls recorded, not to place their options twice (`tried.rs`).
+    tried: Tried,
 }
 
 impl Work {
@@ -324,7 +327,14 @@ impl Work {
             added: Vec::new(),
             inputs: Vec::new(),
             out: Vec::new(),
+            tried: Tried::new(),
         }
+    }
+
+    /// From now on, record the calls' clone times, or skip those already
+    /// recorded for an equal call (`tried.rs`).
+    pub(crate) fn reusing(&mut self, mode: Reuse) {
+        self.tried.set_mode(mode);
     }
 
     /// The options placed since the last call.
@@ -409,6 +419,7 @@ pub(crate) fn recompute_options(
         });
         saved.truncate(MAX_TENSORS_PER_OPTION);
     }
+    work.tried.begin(nodes);
     let mut times = [0u32; TRIGGERS_PER_UNIT];
     let k = triggers(cands, work, &mut times);
     for &ideal in &times[..k] {
@@ -428,6 +439,11 @@ pub(crate) fn recompute_options(
                 buf.extend(c.late.iter().map(|&(_, n)| n));
             }
         }
+        if work.tried.found(ideal, &work.set) {
+            continue; // an equal call placed it (or nothing) already
+        }
+        work.tried.record(ideal, &work.set);
+        let buf = &mut work.buf;
         let lowest = lowest + 1;
         buf.sort_unstable();
         buf.dedup();

@@ -16,7 +16,10 @@
 //!   (`rebuild.rs`).
 //!
 //! Each becomes options through `options::recompute_options` (the trigger,
-//! the freed buffers, the cost).
+//! the freed buffers, the cost). A span whose nodes and freed candidates
+//! equal a unit's or a segment's (on graphs of small blocks a cut segment
+//! is one unit) would give the same options again: they are placed once
+//! (`tried.rs`).
 //!
 //! # Complexity
 //! O(N + E) for the units, O(sum of segment sizes) = O(4 N) for the
@@ -28,6 +31,7 @@ use super::cuts::Cuts;
 use super::options::{recompute_options as unit_options, Ctx, RecomputeOpt, SpanRule, Work};
 use super::partition::partition;
 use super::rebuild::small_input_units;
+use super::tried::Reuse;
 use crate::graph::NONE;
 
 /// Segment widths (units), each placed at half-width strides.
@@ -50,9 +54,22 @@ pub(super) fn recompute_options(
     cands: &[SwapCandidate],
     cuts: &Cuts,
 ) -> Vec<RecomputeOpt> {
+    options_of(ctx, cands, cuts, true)
+}
+
+/// [`recompute_options`], with the spans' options placed once (`once`) or
+/// as often as a span gives them (to test `tried.rs`).
+fn options_of(
+    ctx: &Ctx<'_>,
+    cands: &[SwapCandidate],
+    cuts: &Cuts,
+    once: bool,
+) -> Vec<RecomputeOpt> {
     let units = partition(ctx.g, ctx.s);
     let gap_of = gap_index(ctx, cands);
     let mut work = Work::new(ctx.g);
+    let reuse = |r| if once { r } else { Reuse::Off };
+    work.reusing(reuse(Reuse::Record));
     for (u, nodes) in units.units.iter().enumerate() {
         unit_options(ctx, u, nodes, SpanRule::ANY, cands, &gap_of, &mut work);
     }
@@ -77,6 +94,7 @@ pub(super) fn recompute_options(
         }
     }
     let m = cuts.segments.len();
+    work.reusing(reuse(Reuse::Find));
     for (k, width) in SPAN_WIDTHS.into_iter().enumerate() {
         for a in (0..m).step_by(width) {
             let b = (a + width).min(m);
@@ -171,4 +189,84 @@ pub(super) fn span_options(
         .copied()
         .collect();
     unit_options(ctx, id, &nodes, rule, cands, gap_of, work)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::plan::cuts::{cut_segments, Made};
+    use crate::synth::{graphdef, SynthKind, SynthSpec};
+
+    /// An option's content but its `unit` (f64s by their bits).
+    type Key = (
+        Vec<u32>,
+        Vec<(u32, u32)>,
+        Vec<u32>,
+        u32,
+        Vec<u32>,
+        u64,
+        u64,
+        u64,
+        u64,
+    );
+
+    fn key(r: &RecomputeOpt) -> Key {
+        (
+            r.clones.clone(),
+            r.saved.clone(),
+            r.consumers.clone(),
+            r.trigger,
+            r.inputs.clone(),
+            r.time_s.to_bits(),
+            r.bytes,
+            r.transient,
+            r.extended,
+        )
+    }
+
+    /// Placed once, the options are those placed as often as the spans
+    /// give them, in the same order, less options equal but for their
+    /// unit to one placed before. On the narrow residual step (a cut
+    /// segment per unit) some are left out; on the others none need be.
+    #[test]
+    fn spans_place_an_option_once() {
+        for (kind, dropped) in [
+            (SynthKind::Narrow, true),
+            (SynthKind::Mixed, false),
+            (SynthKind::Transformer, false),
+        ] {
+            let spec = SynthSpec {
+                kind,
+                blocks: 8,
+                ..SynthSpec::default()
+            };
+            let a = crate::analyze(&graphdef(&spec), &Default::default()).unwrap();
+            let dev = crate::device::preset("v100-nvlink2").unwrap();
+            let (times, _) = crate::api::op_times(&a.graph, &dev, &[]).unwrap();
+            let ctx = Ctx::new(&a, &times, &dev);
+            let cands = crate::plan::candidates::swap_candidates(ctx.g, ctx.s, ctx.l, 1, 1 << 16);
+            let cuts = cut_segments(ctx.g, ctx.s, ctx.l, 1 << 16, Made::Plumbing);
+            let all = options_of(&ctx, &cands, &cuts, false);
+            let once = options_of(&ctx, &cands, &cuts, true);
+            let mut seen = std::collections::HashSet::new();
+            let mut kept = once.iter().peekable();
+            for r in &all {
+                let same = kept
+                    .peek()
+                    .is_some_and(|k| k.unit == r.unit && key(k) == key(r));
+                if same {
+                    kept.next();
+                } else {
+                    assert!(seen.contains(&key(r)), "{kind:?}: unit {} left out", r.unit);
+                }
+                seen.insert(key(r));
+            }
+            assert!(
+                kept.next().is_none(),
+                "{kind:?}: an option not placed before"
+            );
+            assert_eq!(once.len() < all.len(), dropped, "{kind:?}");
+            assert!(!once.is_empty(), "{kind:?}");
+        }
+    }
 }
