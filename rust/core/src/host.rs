@@ -106,6 +106,21 @@ pub(crate) fn host_memory(g: &Graph, plan: &Plan, sim: &SimResult) -> HostMemory
 /// # Complexity
 /// O(S log S) for S buffers.
 pub fn host_timeline(bufs: &[HostBuffer]) -> HostMemory {
+    sweep(bufs, true)
+}
+
+/// The host peak alone (no timeline): what the planner's judge needs.
+///
+/// # Complexity
+/// O(S log S).
+pub(crate) fn host_peak(bufs: &[HostBuffer]) -> u64 {
+    sweep(bufs, false).peak_bytes
+}
+
+/// [`host_timeline`], its timeline left empty unless `record`. The events'
+/// order is total (time, frees before takes, buffer), so an unstable sort
+/// gives the one order there is.
+fn sweep(bufs: &[HostBuffer], record: bool) -> HostMemory {
     let round = |b: u64| b.div_ceil(PINNED_ROUND).saturating_mul(PINNED_ROUND);
     // (time, 0 = free before 1 = take, buffer): a total order, deterministic.
     let mut ev: Vec<(f64, u8, usize)> = Vec::with_capacity(2 * bufs.len());
@@ -113,7 +128,7 @@ pub fn host_timeline(bufs: &[HostBuffer]) -> HostMemory {
         ev.push((b.from_s, 1, i));
         ev.push((b.to_s.max(b.from_s), 0, i));
     }
-    ev.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)).then(a.2.cmp(&b.2)));
+    ev.sort_unstable_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)).then(a.2.cmp(&b.2)));
     let (mut held, mut pinned) = (0u64, 0u64);
     let mut h = HostMemory::default();
     for (t, take, i) in ev {
@@ -125,21 +140,15 @@ pub fn host_timeline(bufs: &[HostBuffer]) -> HostMemory {
             held = held.saturating_sub(b);
             pinned = pinned.saturating_sub(r);
         }
-        h.timeline.push((t, held));
+        if record {
+            h.timeline.push((t, held));
+        }
         if held > h.peak_bytes {
             (h.peak_bytes, h.peak_time_s) = (held, t);
         }
         h.pinned_bytes = h.pinned_bytes.max(pinned);
     }
     h
-}
-
-/// The host peak alone (no timeline): what the planner's judge needs.
-///
-/// # Complexity
-/// O(S log S).
-pub(crate) fn host_peak(bufs: &[HostBuffer]) -> u64 {
-    host_timeline(bufs).peak_bytes
 }
 
 #[cfg(test)]
