@@ -104,7 +104,7 @@ fn plan_with(
     let sims = Sims::new(a, &costs.times, dev)?;
     let mut searched = search(a, dev, &search_options(opts, hosted), &costs.times, &sims)
         .map_err(|e| with_hosted_bytes(e, opts, hosted))?;
-    let sim = place_releases(a, &sims, &mut searched.plan)?;
+    let sim = place_releases(a, &sims, &mut searched)?;
     let judged = check_fits(a, opts, &searched, sim, &costs.times, hosted)?;
     let report = report(a, dev, opts, &costs, &sims, &searched, &judged, hosted);
     Ok(Outcome {
@@ -159,6 +159,9 @@ struct Searched {
     evaluations: u32,
     /// Swap and recompute options considered.
     options: (usize, usize),
+    /// The plan's per-op and per-copy times from its verdict, when the
+    /// planner kept them ([`Planner::times_of`]).
+    times: Option<SimResult>,
 }
 
 /// The final plan's simulation and host memory.
@@ -209,14 +212,10 @@ fn check_reducible(a: &Analysis, opts: &PlanOptions) -> Result<()> {
 
 /// Phase 4, the judge: one layout of the graph and one set of working
 /// arrays serve every simulation of the request; the empty plan's full
-/// simulation is made once and answers the planner's first question. The
-/// last plan with swaps judged keeps its per-op and per-copy times
-/// ([`Detail::Times`]): the plan chosen is often the last one judged, and
-/// release placement reads those times of it (one simulation fewer).
+/// simulation is made once and answers the planner's first question.
 struct Sims<'a> {
     sim: RefCell<Simulator<'a>>,
     original: SimResult,
-    last: RefCell<Option<(Plan, SimResult)>>,
 }
 
 impl<'a> Sims<'a> {
@@ -226,7 +225,6 @@ impl<'a> Sims<'a> {
         Ok(Sims {
             sim: RefCell::new(sim),
             original,
-            last: RefCell::new(None),
         })
     }
 
@@ -235,32 +233,22 @@ impl<'a> Sims<'a> {
         self.sim.borrow_mut().run(p, Detail::FULL)
     }
 
-    /// The per-op and per-copy times of `p` ([`Detail::Times`]): those kept
-    /// from its verdict when it was the last plan judged, else simulated.
-    /// O(plan size) to compare the plans.
-    fn times(&self, p: &Plan) -> Result<SimResult> {
-        match self.last.borrow_mut().take() {
-            Some((q, r)) if q == *p => Ok(r),
-            _ => self.sim.borrow_mut().run(p, Detail::Times),
-        }
-    }
-
-    /// What the planner asks of a plan: its peak, step time and host peak
-    /// (a summary: no lists). A plan with swaps is simulated at
-    /// [`Detail::Times`] and kept for [`Sims::times`] (the same figures,
-    /// bit for bit).
+    /// What the planner asks of a plan: its peak, step time and host peak.
+    /// A plan with swaps is simulated at [`Detail::Times`] (the same
+    /// figures, bit for bit): the planner keeps the times of the last plan
+    /// it judged, which release placement reads when that plan is chosen
+    /// ([`Planner::times_of`]).
     fn verdict(&self, p: &Plan) -> Result<SimResult> {
         if p.swaps.is_empty() && p.recomputes.is_empty() {
             // The planner judges the empty plan first: already simulated.
             return Ok(self.original.to_summary());
         }
-        if p.swaps.is_empty() {
-            return self.sim.borrow_mut().run(p, Detail::Summary);
-        }
-        let r = self.sim.borrow_mut().run(p, Detail::Times)?;
-        let summary = r.to_summary();
-        *self.last.borrow_mut() = Some((p.clone(), r));
-        Ok(summary)
+        let detail = if p.swaps.is_empty() {
+            Detail::Summary
+        } else {
+            Detail::Times
+        };
+        self.sim.borrow_mut().run(p, detail)
     }
 }
 
@@ -278,6 +266,7 @@ fn search(
     let planner = Planner::new(&ctx, opts, &judge)?;
     let planned: Planned = planner.run()?;
     Ok(Searched {
+        times: planner.times_of(&planned.plan),
         plan: planned.plan,
         strategy: planned.strategy,
         evaluations: planned.evaluations,
@@ -287,12 +276,18 @@ fn search(
 
 /// Phase 6, release placement: each swap gets
 /// the node that waits for its copy (`plan/release.rs`), placed on the
-/// chosen plan's simulated times, and the plan is simulated again with them.
-fn place_releases(a: &Analysis, sims: &Sims<'_>, plan: &mut Plan) -> Result<SimResult> {
+/// chosen plan's simulated times (those of its verdict when the planner
+/// kept them, else simulated at [`Detail::Times`]), and the plan is
+/// simulated again with them.
+fn place_releases(a: &Analysis, sims: &Sims<'_>, searched: &mut Searched) -> Result<SimResult> {
+    let plan = &mut searched.plan;
     if plan.swaps.is_empty() {
         return sims.full(plan); // no release nodes to set: the same plan
     }
-    let chosen = sims.times(plan)?;
+    let chosen = match searched.times.take() {
+        Some(t) => t,
+        None => sims.sim.borrow_mut().run(plan, Detail::Times)?,
+    };
     crate::plan::release::set_releases(&a.graph, &a.schedule, plan, &chosen);
     sims.full(plan)
 }

@@ -490,3 +490,48 @@ fn hybrid_waits_for_copies_a_slow_link_cannot_hide() {
     assert!(!o.plan.swaps.is_empty());
     assert!(o.planned.step_time_s > o.original.step_time_s * 1.01);
 }
+
+/// The planner keeps the judge's whole answer on the last plan it judged:
+/// `times_of` hands it over for that plan (the times release placement
+/// reads, equal to a fresh simulation's), once, and never for another plan
+/// or when the judge gave a summary.
+#[test]
+fn the_last_plan_judged_keeps_its_times() {
+    use hybridplan_core::api::op_times;
+    use hybridplan_core::plan::options::Ctx;
+    use hybridplan_core::plan::planner::Planner;
+    use hybridplan_core::plan::Plan;
+    use std::cell::RefCell;
+
+    let a = graph(SynthKind::Narrow, 12, 8, 32);
+    let dev = preset("v100-nvlink2").unwrap();
+    let (times, _) = op_times(&a.graph, &dev, &[]).unwrap();
+    let ctx = Ctx::new(&a, &times, &dev);
+    let persistent = a.graph.persistent_bytes;
+    let opts = PlanOptions {
+        strategy: Strategy::Hybrid,
+        budget: persistent + (a.liveness.peak_bytes - persistent) / 2,
+        ..PlanOptions::default()
+    };
+    let sim = RefCell::new(Simulator::new(&a.graph, &a.schedule, &times, &dev).unwrap());
+    for detail in [Detail::Times, Detail::Summary] {
+        let judge = |p: &Plan| sim.borrow_mut().run(p, detail);
+        let planner = Planner::new(&ctx, &opts, &judge).unwrap();
+        let planned = planner.run().unwrap();
+        assert!(!planned.plan.swaps.is_empty());
+        assert!(planner.times_of(&Plan::default()).is_none());
+        let kept = planner.times_of(&planned.plan);
+        if detail == Detail::Summary {
+            assert!(kept.is_none(), "a summary has no times");
+            continue;
+        }
+        let kept = kept.expect("the chosen plan is the last judged");
+        let fresh = sim.borrow_mut().run(&planned.plan, Detail::Times).unwrap();
+        assert_eq!(kept, fresh);
+        assert_eq!(kept.to_summary(), planned.verdict);
+        assert!(
+            planner.times_of(&planned.plan).is_none(),
+            "handed over once"
+        );
+    }
+}

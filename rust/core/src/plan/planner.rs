@@ -214,6 +214,9 @@ pub struct Planner<'a> {
     pub(super) evals: std::cell::Cell<u32>,
     /// Every plan judged so far, with its verdict (`judge`).
     pub(super) judged: std::cell::RefCell<Vec<(Plan, SimResult)>>,
+    /// The judge's whole answer on the last plan of `judged`: with the
+    /// per-op and per-copy times when it gave them ([`Planner::times_of`]).
+    pub(super) last_answer: std::cell::RefCell<Option<SimResult>>,
     pub(super) tflms_memo: std::cell::OnceCell<Option<Planned>>,
     pub(super) best_fail: std::cell::Cell<(u64, &'static str)>,
     /// Smallest host peak of a plan within the device budget but over the
@@ -239,8 +242,9 @@ pub struct Planner<'a> {
 impl<'a> Planner<'a> {
     /// Builds every option once (only those the selection allows).
     /// `judge` simulates a plan; [`Detail::Summary`](crate::simulate::Detail::Summary)
-    /// is all the planner reads, and each result is kept (cloned) for the
-    /// plans judged again.
+    /// is all the planner reads (a richer answer is cut to it), and each
+    /// result is kept (cloned) for the plans judged again. The whole answer
+    /// on the last plan judged is kept too ([`Planner::times_of`]).
     ///
     /// # Errors
     /// [`PlanError::InvalidArgument`] for a bad selection (`select.rs`).
@@ -278,6 +282,7 @@ impl<'a> Planner<'a> {
             base_recs,
             evals: 0.into(),
             judged: Default::default(),
+            last_answer: Default::default(),
             tflms_memo: std::cell::OnceCell::new(),
             best_fail: (u64::MAX, "").into(),
             best_host: u64::MAX.into(),
@@ -299,9 +304,26 @@ impl<'a> Planner<'a> {
             return Ok(v.clone());
         }
         self.evals.set(self.evals.get() + 1);
-        let v = (self.judge)(plan)?;
+        let answer = (self.judge)(plan)?;
+        let v = answer.to_summary();
         self.judged.borrow_mut().push((plan.clone(), v.clone()));
+        *self.last_answer.borrow_mut() = Some(answer);
         Ok(v)
+    }
+
+    /// The per-op and per-copy times the judge gave for `plan`
+    /// ([`Detail::Times`](crate::simulate::Detail::Times) or more), when
+    /// `plan` is the last plan this planner judged: release placement reads
+    /// them (`api.rs`) instead of simulating the chosen plan again. `None`
+    /// otherwise (a plan judged earlier, a judge that gave a summary). Once
+    /// only: the answer is handed over. O(plan size) to compare the plans.
+    pub fn times_of(&self, plan: &Plan) -> Option<SimResult> {
+        let last = self.judged.borrow().last().map(|(p, _)| p == plan);
+        if last != Some(true) {
+            return None;
+        }
+        let answer = self.last_answer.borrow_mut().take()?;
+        (!answer.op_start.is_empty()).then_some(answer)
     }
 
     /// Runs the configured strategy.

@@ -125,10 +125,13 @@ impl Planner<'_> {
             candidates(best);
         } else if cfg!(debug_assertions) {
             let (evals, judged) = (self.evals.get(), self.judged.borrow().len());
+            // The answer on the last plan judged before, as a release build has it.
+            let answer = self.last_answer.take();
             let mut copy = best.clone();
             candidates(&mut copy);
             self.evals.set(evals);
             self.judged.borrow_mut().truncate(judged);
+            self.last_answer.replace(answer);
             debug_assert_eq!(
                 copy.as_ref().map(|p| (&p.plan, &p.strategy)),
                 best.as_ref().map(|p| (&p.plan, &p.strategy)),
