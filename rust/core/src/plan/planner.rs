@@ -27,10 +27,12 @@
 //!   started from the `swap` and the TFLMS plans. So `hybrid` is never
 //!   slower than any other strategy.
 //!
-//! When `swap` or `hybrid` finds nothing, the least-peak plan of the same
-//! strategy run as if asked for one byte is taken if it fits (`replayed`):
-//! the smallest peak a strategy reports for one byte is then a budget at
-//! which it finds a plan.
+//! When `swap` or `hybrid` finds nothing, the same strategy is run as if
+//! asked for one byte, and the fastest plan it judged that fits is taken
+//! (`replayed`): the smallest peak a strategy reports for one byte is then
+//! a budget at which it finds a plan. Fastest, not least peak: `hybrid`'s
+//! one-byte run judges every plan `swap`'s does, so `hybrid` stays no
+//! slower than `swap` there too.
 //!
 //! # The model
 //! Every strategy proposes whole plans; the judge (the simulator, given by
@@ -351,11 +353,12 @@ impl<'a> Planner<'a> {
 
     /// When `swap` or `hybrid` finds nothing: the strategy run again as if
     /// asked for one byte (a planner of its own on the same judge), and the
-    /// plan of least peak it judged (within the host budget), if that fits.
-    /// A strategy's rounds depend on the budget; the one-byte run's are
-    /// those that gave the smallest peak it reports, so that peak is a
-    /// budget at which a plan is found. Its least peak counts as a failure
-    /// here too. O(the one-byte run).
+    /// fastest plan it judged that fits (ties: the smaller peak, then the
+    /// one judged first). A strategy's rounds depend on the budget; the
+    /// one-byte run's are those that gave the smallest peak it reports, so
+    /// that peak is a budget at which a plan is found. When its least peak
+    /// (within the host budget) is over the budget, that peak counts as a
+    /// failure here too. O(the one-byte run).
     fn replayed(&self) -> Option<Planned> {
         let who = self.opts.strategy.name();
         if !matches!(self.opts.strategy, Strategy::Swap | Strategy::Hybrid) || self.opts.budget <= 1
@@ -369,13 +372,22 @@ impl<'a> Planner<'a> {
         let one = Planner::new(self.ctx, &opts, self.judge).ok()?;
         let _ = one.run();
         self.evals.set(self.evals.get() + one.evals.get());
-        let (plan, v) = (one.judged.into_inner().into_iter())
-            .filter(|(p, v)| !p.is_empty() && v.host_peak_bytes <= self.opts.host_budget)
-            .min_by_key(|(_, v)| v.peak_bytes)?;
-        if !self.fits(&v) {
-            self.note_fail(v.peak_bytes, who);
+        let judged = one.judged.into_inner();
+        let host_ok = |(p, v): &(Plan, SimResult)| {
+            !p.is_empty() && v.host_peak_bytes <= self.opts.host_budget
+        };
+        let least = (judged.iter().filter(|e| host_ok(e)))
+            .map(|(_, v)| v.peak_bytes)
+            .min()?;
+        if least > self.opts.budget {
+            self.note_fail(least, who);
             return None;
         }
+        let (plan, v) = (judged.into_iter())
+            .filter(|e| host_ok(e) && e.1.peak_bytes <= self.opts.budget)
+            .min_by(|(_, a), (_, b)| {
+                (a.step_time_s.total_cmp(&b.step_time_s)).then(a.peak_bytes.cmp(&b.peak_bytes))
+            })?;
         Some(self.planned(plan, v, who))
     }
 

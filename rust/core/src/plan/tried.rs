@@ -16,6 +16,14 @@
 //! differ from the unit's (it keeps the buffer crossing its last cut), so a
 //! clone time whose idle set differs is placed as usual.
 //!
+//! What leaving the copies out changes: the greedy never chose a copy (it
+//! ranks equal options by id, and a copy is valid exactly when the option
+//! before it is), so no greedy plan changes. The published loop
+//! (`paper.rs`) walks the forward units' options in groups sized by their
+//! number, and no longer retries a copy of an option it rejected: on
+//! another graph it may group, and so choose, otherwise. On the digest sets
+//! (docs/scale.md) no plan changed; the reported option count did.
+//!
 //! # Complexity
 //! Recording a call: O(its nodes + its idle sets), copied into flat lists.
 //! Looking one up: a hash lookup on (first node, last node, length) and a
