@@ -119,11 +119,12 @@ pub enum Detail {
     /// The figures alone: every scalar field of [`SimResult`];
     /// `timeline`, `events`, `swap_out_end`, `swap_out_start`, `swap_in_end`
     /// and `op_start` are left empty (`events_truncated` is true when the
-    /// step had any event). What a planner's judge needs.
+    /// step had any event). What a planner's strategies read.
     Summary,
-    /// The figures of `Summary`, with the per-copy times (`swap_out_end`,
-    /// `swap_out_start`, `swap_in_end`) and `op_start`: what release
-    /// placement reads (`plan/release.rs`). No timeline, no events.
+    /// The figures of `Summary` (`events_truncated` as there), with the
+    /// per-copy times (`swap_out_end`, `swap_out_start`, `swap_in_end`) and
+    /// `op_start`: what release placement reads (`plan/release.rs`). No
+    /// timeline, no events.
     Times,
     /// Every field, with at most `max_events` events in
     /// [`SimResult::events`] (transfers first, then compute items in stream
