@@ -233,6 +233,11 @@ impl<'a> Sims<'a> {
         self.sim.borrow_mut().run(p, Detail::FULL)
     }
 
+    /// The per-op and per-copy times of `p` ([`Detail::Times`]).
+    fn times(&self, p: &Plan) -> Result<SimResult> {
+        self.sim.borrow_mut().run(p, Detail::Times)
+    }
+
     /// What the planner asks of a plan: its peak, step time and host peak.
     /// A plan with swaps is simulated at [`Detail::Times`] (the same
     /// figures, bit for bit): the planner keeps the times of the last plan
@@ -286,7 +291,7 @@ fn place_releases(a: &Analysis, sims: &Sims<'_>, searched: &mut Searched) -> Res
     }
     let chosen = match searched.times.take() {
         Some(t) => t,
-        None => sims.sim.borrow_mut().run(plan, Detail::Times)?,
+        None => sims.times(plan)?,
     };
     crate::plan::release::set_releases(&a.graph, &a.schedule, plan, &chosen);
     sims.full(plan)

@@ -79,9 +79,6 @@ pub(super) struct Prep {
     /// and the one waiting for it (NONE: none).
     pub(super) in_pred: Vec<u32>,
     pub(super) in_succ: Vec<u32>,
-    /// Per trigger: the swap-in listed last, and the stream item after
-    /// which its copy can start (while the swaps are added).
-    last_in: FxHashMap<u32, (u32, u32)>,
     /// Reads of original nodes served by a swap-in or a clone.
     pub(super) redirect: FxHashMap<(u32, u32), Src>,
     /// Per stream item: does it read anything redirected?
@@ -231,7 +228,6 @@ impl Prep {
             in_base: vec![0],
             in_pred: Vec::new(),
             in_succ: Vec::new(),
-            last_in: FxHashMap::default(),
             redirect: FxHashMap::default(),
             redirected: reuse(&mut sc.redirected, total, false),
             cands: FxHashMap::default(),
@@ -323,6 +319,9 @@ impl Prep {
         let n = ins.map(|i| reads(&i.consumers)).sum::<usize>()
             + rcs.map(|r| reads(&r.consumers)).sum::<usize>();
         self.redirect.reserve(n);
+        // Per trigger: the swap-in listed last, and the stream item after
+        // which its copy can start.
+        let mut last_in: FxHashMap<u32, (u32, u32)> = FxHashMap::default();
         for (k, sw) in plan.swaps.iter().enumerate() {
             check_node(g, sw.after, What::Swap(k))?;
             let prod = g.tensors[sw.tensor as usize].node;
@@ -343,7 +342,7 @@ impl Prep {
             }
             for (j, si) in sw.ins.iter().enumerate() {
                 let what = What::SwapIn(k, sw.tensor, j);
-                self.add_swap_in(g, sw.tensor, out_item, si, what)?;
+                self.add_swap_in(g, sw.tensor, out_item, si, what, &mut last_in)?;
             }
             self.in_base.push(self.in_tensor.len() as u32);
         }
@@ -357,6 +356,7 @@ impl Prep {
         out_item: u32,
         si: &crate::plan::SwapIn,
         what: What,
+        last_in: &mut FxHashMap<u32, (u32, u32)>,
     ) -> Result<()> {
         let i = self.in_tensor.len() as u32;
         check_node(g, si.trigger, what)?;
@@ -367,7 +367,7 @@ impl Prep {
         }
         let trig = self.node_item[si.trigger as usize];
         let mut avail = trig.max(out_item);
-        let prev = self.last_in.get(&si.trigger).copied();
+        let prev = last_in.get(&si.trigger).copied();
         let mut pred = NONE;
         if si.follows {
             let Some((p, p_avail)) = prev else {
@@ -389,7 +389,7 @@ impl Prep {
         }
         self.in_pred.push(pred);
         self.in_succ.push(NONE);
-        self.last_in.insert(si.trigger, (i, avail));
+        last_in.insert(si.trigger, (i, avail));
         for &c in &si.consumers {
             check_reads(g, c, t, what)?;
             self.check_before(g, trig, avail, c, what)?;
