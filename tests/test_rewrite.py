@@ -8,6 +8,7 @@ candidates (a Relu, a MaxPool); no layer name is matched.
 
 from __future__ import annotations
 
+import re
 import time
 
 import numpy as np
@@ -389,6 +390,37 @@ def test_plan_errors_are_clear(case):
             rewrite(gd, plan, target="cpu-emulation")
     with pytest.raises(InvalidArgumentError, match="unknown target"):
         rewrite(gd, {}, target="tpu")
+
+
+def test_plan_values_are_taken_as_python_took_them(case):
+    """The core writes the swaps (rust/core/src/writeback.rs): indices may be numpy
+    integers; a value that is no index, or an output that is no integer, is a typed
+    error that names the field."""
+    gd = case.traced.graph_def
+    s = case.structure
+    relu = s.candidates("Relu")[0]
+    fwd, bwd = s.split(relu)
+    good = {"node": relu, "output": 0, "after": fwd[0], "ins": [{"trigger": 0, "consumers": bwd}]}
+    want = rewrite(gd, {"swaps": [good]}, target="cpu-emulation")
+    as_numpy = {
+        **good,
+        "node": np.int64(relu),
+        "ins": [{"trigger": np.int32(0), "consumers": [np.int64(c) for c in bwd]}],
+    }
+    assert rewrite(gd, {"swaps": [as_numpy]}, target="cpu-emulation") == want
+    bad = [
+        ({**good, "node": "Relu"}, "swaps[0].node must be a node index, got 'Relu'"),
+        ({**good, "node": True}, "swaps[0].node must be a node index, got True"),
+        ({**good, "after": 2**70}, "swaps[0].after = 1180591620717411303424 is not a node"),
+        ({**good, "output": "first"}, "swaps[0].output must be an output index"),
+        (
+            {**good, "ins": [{"trigger": 0, "consumers": [None]}]},
+            "swaps[0].ins[0] must be a node index, got None",
+        ),
+    ]
+    for swap, message in bad:
+        with pytest.raises(InvalidArgumentError, match=re.escape(message)):
+            rewrite(gd, {"swaps": [swap]}, target="cpu-emulation")
 
 
 def test_multi_output_dtype_and_output_index():

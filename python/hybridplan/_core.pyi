@@ -1,5 +1,6 @@
 """Type stubs of the native core (``hybridplan._core``). Users import ``hybridplan``."""
 
+from collections.abc import Callable
 from typing import Any, NotRequired, TypedDict, final, type_check_only
 
 import numpy as np
@@ -26,6 +27,7 @@ __all__ = [
     "simulate_plan",
     "strategies",
     "synthetic_graphdef",
+    "write_swaps",
 ]
 
 __version__: str
@@ -228,6 +230,32 @@ def strategies() -> list[tuple[str, str, bool]]: ...
 def function_call_ops() -> list[str]: ...
 def has_node_op(data: bytes, ops: list[str]) -> bool: ...
 def op_facts(op: str) -> tuple[bool, bool, bool, str | None]: ...
+
+# The swaps of a plan written into GraphDef bytes (rust/core/src/writeback.rs): the new
+# graph's bytes, the input's node count, the swap-out and swap-in names, the slots
+# rewired, (node, inputs before) of every node changed, the reads each tensor lost and
+# gained, and (clone consumer, tensor, swap-in, where) for each clone consumer.
+def write_swaps(
+    data: bytes,
+    swaps: Any,
+    sig_of: Callable[[str], Any],
+    swap_out_op: str,
+    swap_in_op: str,
+    device: str,
+    host: str,
+    pin_consumers: bool,
+    prefix: str,
+) -> tuple[
+    bytes,
+    int,
+    list[str],
+    list[str],
+    int,
+    list[tuple[int, list[str]]],
+    list[tuple[str, int]],
+    list[tuple[str, int]],
+    list[tuple[int, str, str, str]],
+]: ...
 
 # The core's op-type sets (rust/core/src/opkind.rs, where each is documented).
 @type_check_only

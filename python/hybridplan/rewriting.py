@@ -13,7 +13,9 @@ these fields of it (a hand-written plan may give only these; ``output`` defaults
                      "clone_consumers": [...], "inputs": [{"node": p, "output": k}],
                      "readers": [{"node": v, "output": k, "reads": n}]}]}
 
-What is inserted (semantics of ``rust/core/src/plan.rs``):
+What is inserted (semantics of ``rust/core/src/plan.rs``). The swaps are written into the
+graph's bytes by the core (``rust/core/src/writeback.rs``, this rule, the Python writer's
+errors); the recomputes, gates and keepers here, on the parsed result:
 
 - **Swap.** One swap-out node ``<prefix>/swap_out/<i>/<producer>`` copies ``p:k`` to the
   host; when ``after != p`` it has a control input from ``after``. Each ``ins`` entry
@@ -106,8 +108,6 @@ if TYPE_CHECKING:
 __all__ = ["TARGETS", "RewriteSummary", "Rewritten", "Target", "rewrite", "rewrite_with_summary"]
 
 DO_NOT_REMOVE = "_grappler_do_not_remove"
-#: Handle dtypes (resource, variant: the core's dtype table): no buffer to swap.
-_NO_SWAP_DTYPES = frozenset(code for code, _, _, handle in _core.dtypes() if handle)
 
 
 @dataclass(frozen=True)
@@ -250,11 +250,14 @@ def rewrite_with_summary(
             resource / variant tensor (a handle, not a buffer).
 
     Complexity:
-        O(size of the GraphDef) in C++ for the copy (or the parse of the bytes), then
-        O(plan size + inputs of the touched nodes) in Python; no loop over all nodes.
-        The cyclic garbage collector is paused meanwhile (``_gc.gc_paused``): the
-        writer makes no cycles, and each of its full collections would walk every
-        object of the process (TensorFlow's included) again.
+        The swaps are written by the core into the bytes (``_core.write_swaps``,
+        ``rust/core/src/writeback.rs``): O(bytes) to copy them, O(swaps + inputs of the
+        nodes they name) to decide; then one parse of the result (C++; given a
+        ``GraphDef``, it is serialised first), and the recomputes in Python, O(their size
+        + inputs of the nodes they touch); no loop over all nodes in Python. The cyclic
+        garbage collector is paused meanwhile (``_gc.gc_paused``): the writer makes no
+        cycles, and each of its full collections would walk every object of the process
+        (TensorFlow's included) again.
 
     Example::
 
@@ -286,18 +289,42 @@ def _rewrite(
     from tensorflow.core.framework import graph_pb2
 
     spec = TARGETS[target]
+    device, host = device or spec.device, host or spec.host
     # A plan's node indices are those of the graph the planner read: calls inlined.
     # The writer edits its own copy in place: one copy of the graph, or one parse.
+    origin = None
     if isinstance(graph_def, Inlined):  # apply's bytes: calls inlined already
-        origin = out = graph_pb2.GraphDef.FromString(graph_def.data)
+        data = graph_def.data
     elif isinstance(graph_def, (bytes, bytearray, memoryview)):
-        origin = out = graph_pb2.GraphDef.FromString(maybe_inline(bytes(graph_def)))
+        data = maybe_inline(bytes(graph_def))
     else:
-        origin, out = inlined(graph_def), graph_pb2.GraphDef()
+        origin = inlined(graph_def)
+        data = None
+    swaps = plan.get("swaps", ())
+    written = None
+    if swaps:  # the core writes the swaps into the bytes (rust/core/src/writeback.rs)
+        if data is None:
+            data = origin.SerializeToString()
+        written = _core.write_swaps(
+            data,
+            swaps,
+            _signature,
+            spec.swap_out_op,
+            spec.swap_in_op,
+            device,
+            host,
+            spec.pin_consumers,
+            prefix,
+        )
+        out = graph_pb2.GraphDef.FromString(written[0])
+    elif data is not None:
+        out = graph_pb2.GraphDef.FromString(data)
+    else:
+        out = graph_pb2.GraphDef()
         out.CopyFrom(origin)
-    writer = _Writer(out, origin, spec, device or spec.device, host or spec.host, prefix)
-    for i, swap in enumerate(plan.get("swaps", ())):
-        writer.swap(i, swap)
+    writer = _Writer(out, origin or out, spec, device, host, prefix)
+    if written is not None:
+        writer.took_swaps(*written[1:])
     for r, rec in enumerate(plan.get("recomputes", ())):
         writer.recompute(r, rec)
     writer.check_redirects_used()
@@ -379,6 +406,23 @@ def _outputs_of(op: str) -> tuple[Any, tuple[tuple[str, int, str, str], ...]]:
         return None, ()
     args = tuple((a.type_list_attr, a.type, a.type_attr, a.number_attr) for a in op_def.output_arg)
     return op_def, args
+
+
+@functools.cache
+def _signature(op: str) -> tuple | None:
+    """What the core's swap writer needs of ``op`` (``write_swaps``): None when this
+    TensorFlow does not know it, else ``(commutative, outputs, defaults)``: per output
+    argument ``(type_list_attr, type, type_attr, number_attr)``, and per attribute with a
+    default its ``(type, i, list.type)``."""
+    op_def, outputs = _outputs_of(op)
+    if op_def is None:
+        return None
+    defaults = {
+        a.name: (a.default_value.type, a.default_value.i, list(a.default_value.list.type))
+        for a in op_def.attr
+        if a.HasField("default_value")
+    }
+    return op_def.is_commutative, list(outputs), defaults
 
 
 #: Producers whose outputs clones read directly, not through a gate (see ``gated``).
@@ -477,8 +521,6 @@ class _Writer:
         self.spec, self.device, self.host, self.prefix = spec, device, host, prefix
         self.swap_out: list[str] = []
         self.swap_in: list[str] = []
-        # Trigger index -> the swap-in node written last with that trigger (``follows``).
-        self.last_in: dict[int, str] = {}
         self.clones: list[str] = []
         self.gates: list[str] = []
         self.gate_of: dict[tuple[str, str], str] = {}
@@ -487,6 +529,8 @@ class _Writer:
         # Inserted node name -> its NodeDef; original tensor -> an inserted node that took
         # over its readers and may wait for a keeper (see keep_fanouts).
         self.added: dict[str, Any] = {}
+        # Nodes the core inserted (the swaps, ``took_swaps``): names only.
+        self.by_core: set[str] = set()
         self.taker: dict[str, str] = {}
         self.clone_of: dict[str, str] = {}
         # Recompute bookkeeping for gates and keepers (see gate, keep_fanouts):
@@ -556,47 +600,31 @@ class _Writer:
 
     # ------------------------------------------------------------------ swaps
 
-    def swap(self, i: int, swap: Mapping[str, Any]) -> None:
-        p = self.index(swap["node"], f"swaps[{i}].node")
-        k = int(swap.get("output", 0))
-        after = self.index(swap.get("after", p), f"swaps[{i}].after")
-        dtype = self.swappable_dtype(i, p, k)
-        producer = self.name(p)
-        source = _tensor(producer, k)
-        out_name = f"{self.prefix}/swap_out/{i}/{producer}"
-        control = [self.name(after)] if after != p else []
-        self.add_copy(out_name, self.spec.swap_out_op, self.host, source, control, (p, k, dtype))
-        self.swap_out.append(out_name)
-        gate = swap.get("gate")
-        if gate is not None:
-            # The release node (or its gate) waits for the copy (plan/release.rs).
-            r = self.index(gate["node"], f"swaps[{i}].gate.node")
-            self.changing(r).input.append(f"^{out_name}")
-        for j, entry in enumerate(swap.get("ins", ())):
-            where = f"swaps[{i}].ins[{j}]"
-            t = self.index(entry["trigger"], f"{where}.trigger")
-            trigger = self.name(t)
-            control = [trigger]
-            if entry.get("follows", False):
-                if t not in self.last_in:
-                    raise InvalidArgumentError(
-                        f"{where}: follows no swap-in: no swap-in with the same trigger "
-                        "is listed before it"
-                    )
-                control.append(self.last_in[t])
-            readers = [*entry.get("consumers", ()), *entry.get("clone_consumers", ())]
-            siblings = self.siblings(readers, {source}.__contains__, where)
-            tag = f"{self.prefix}/swap_in/{i}_{j}"
-            in_name = _ranked(producer, [_tensor("", k)], siblings, tag)
-            op = self.spec.swap_in_op
-            self.add_copy(in_name, op, self.device, out_name, control, (p, k, dtype))
-            self.swap_in.append(in_name)
-            self.last_in[t] = in_name
-            for c in entry.get("consumers", ()):
-                self.rewire(self.index(c, f"{where}.consumers"), {source: in_name}, where)
-            for c in entry.get("clone_consumers", ()):
-                c = self.index(c, f"{where}.clone_consumers")
-                self.add_redirect(c, {source: in_name}, where)
+    def took_swaps(
+        self,
+        n: int,
+        swap_out: list[str],
+        swap_in: list[str],
+        rewired: int,
+        changed: list[tuple[int, list[str]]],
+        lost: list[tuple[str, int]],
+        gained: list[tuple[str, int]],
+        redirects: list[tuple[int, str, str, str]],
+    ) -> None:
+        """Takes over what the core's swap writer (``_core.write_swaps``,
+        ``rust/core/src/writeback.rs``) did to ``out``: the nodes it inserted, the
+        inputs before of the nodes it changed, the reads each tensor lost and gained,
+        and the clone consumers whose clones read a swap-in. O(swaps)."""
+        self.n = n
+        self.swap_out, self.swap_in = swap_out, swap_in
+        self.by_core.update(swap_out)
+        self.by_core.update(swap_in)
+        self.rewired += rewired
+        self.original_inputs.update(changed)
+        self.lost.update(lost)
+        self.gained.update(gained)
+        for c, key, name, where in redirects:
+            self.add_redirect(c, {key: name}, where)
 
     def siblings(self, readers: Sequence[int], skip: Any, where: str) -> list[str]:
         """The data inputs of the commutative nodes among ``readers`` (original node
@@ -614,22 +642,6 @@ class _Writer:
                 )
         return out
 
-    def swappable_dtype(self, i: int, p: int, k: int) -> int:
-        """The dtype of ``p:k``; raises when there is no such output or it is a handle."""
-        dtypes = self.dtypes(p)
-        if not 0 <= k < len(dtypes):
-            producer = self.nodes[p]
-            raise InvalidArgumentError(
-                f"swaps[{i}]: node {producer.name!r} (op {producer.op}) has {len(dtypes)} "
-                f"output(s), no output {k}"
-            )
-        if dtypes[k] in _NO_SWAP_DTYPES:
-            raise UnsupportedGraphError(
-                f"swaps[{i}]: {_tensor(self.name(p), k)} is a resource/variant handle, not a "
-                "buffer; it cannot be swapped"
-            )
-        return dtypes[k]
-
     def add_copy(
         self,
         name: str,
@@ -642,7 +654,8 @@ class _Writer:
         """Appends (and returns) a copy node of ``source``; ``tensor`` is (producer,
         output, dtype) of the copied tensor, whose ``_output_shapes`` entry it gets."""
         p, k, dtype = tensor
-        if _parse_input(source)[0] not in self.added:  # reads an original tensor
+        name_read = _parse_input(source)[0]
+        if name_read not in self.added and name_read not in self.by_core:  # an original
             key = _tensor(*_parse_input(source))
             self.gained[key] = self.gained.get(key, 0) + 1
         # Each protobuf attribute read costs a few thousand instructions: read once.
@@ -671,12 +684,12 @@ class _Writer:
     def rewire(self, c: int, mapping: Mapping[str, str], where: str) -> None:
         """Points every data input of node ``c`` found in ``mapping`` at its replacement."""
         node = self.changing(c)
-        # The node's inputs as rewired so far, kept in Python: reading them back from
-        # the protobuf costs a string object per input. Control inputs appended to
-        # the node (swap gates) come after every data input, so slots agree.
+        # The node's inputs as rewired so far (by the core's swaps too), kept in Python:
+        # reading them back from the protobuf costs a string object per input. Control
+        # inputs appended to the node (swap gates) come after every data input.
         current = self.current.get(c)
         if current is None:
-            current = self.current[c] = list(self.original_inputs[c])
+            current = self.current[c] = list(node.input)
         hits = 0
         for slot, text in enumerate(current):
             if text.startswith("^"):

@@ -21,6 +21,7 @@
 //! | all of it | [`api`] | bytes -> analysis -> plan -> simulated report, in one call |
 //! | export | [`export`] | the problem as plain data for exact solvers; an outside plan judged |
 //! | replay | [`replay`] | a plan as a self-contained program for a GPU runner (`replay/`) |
+//! | write-back | [`writeback`] | a plan's swaps written into the `GraphDef` bytes (the Python writer adds recomputes) |
 //!
 //! `synth` (synthetic training steps, for tests, benchmarks and
 //! experiments) is compiled with the `testing` feature only.
@@ -68,6 +69,7 @@ pub mod simulate;
 pub mod synth;
 pub(crate) mod wire;
 pub mod workspace;
+pub mod writeback;
 
 pub use direct::graph_from_bytes;
 pub use error::{PlanError, Result};

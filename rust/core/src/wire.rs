@@ -280,6 +280,12 @@ impl<'a> Scan<'a> {
         Scan { buf, pos: 0 }
     }
 
+    /// The position of the cursor in its message.
+    #[inline]
+    pub(crate) fn pos(&self) -> usize {
+        self.pos
+    }
+
     #[inline]
     pub(crate) fn at_end(&self) -> bool {
         self.pos >= self.buf.len()

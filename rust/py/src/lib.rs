@@ -818,6 +818,196 @@ fn has_node_op(py: Python<'_>, data: &[u8], ops: Vec<String>) -> PyResult<bool> 
     })
 }
 
+/// A node index of a hand-written or saved plan, as the Python writer took
+/// it: an `int` (or anything `int()` takes, but a bool); else its `repr`.
+fn plan_index(v: &Bound<'_, PyAny>) -> core::writeback::Ix {
+    use core::writeback::Ix;
+    let repr = || v.repr().map(|r| r.to_string()).unwrap_or_default();
+    if v.is_instance_of::<pyo3::types::PyBool>() {
+        return Ix::Bad(repr());
+    }
+    let int = if v.is_instance_of::<pyo3::types::PyInt>() {
+        Ok(v.clone())
+    } else {
+        v.py().get_type::<pyo3::types::PyInt>().call1((v,))
+    };
+    match int {
+        Ok(i) => match i.extract::<i64>() {
+            Ok(x) => Ix::Int(x),
+            Err(_) => Ix::Out(i.to_string()),
+        },
+        Err(_) => Ix::Bad(repr()),
+    }
+}
+
+fn plan_indices(v: Option<Bound<'_, PyAny>>) -> PyResult<Vec<core::writeback::Ix>> {
+    match v {
+        None => Ok(Vec::new()),
+        Some(v) => v.try_iter()?.map(|x| Ok(plan_index(&x?))).collect(),
+    }
+}
+
+/// `d[k]`, or None where `d` has no `k`.
+fn field<'py>(d: &Bound<'py, PyAny>, k: &str) -> PyResult<Option<Bound<'py, PyAny>>> {
+    if let Ok(d) = d.cast::<PyDict>() {
+        return d.get_item(k); // a dict (every plan the core wrote): no ABC check
+    }
+    let m = d.cast::<pyo3::types::PyMapping>()?;
+    if m.contains(k)? {
+        Ok(Some(m.get_item(k)?))
+    } else {
+        Ok(None)
+    }
+}
+
+/// The plan's swaps (dicts of the plan schema, checked by `_args.rewrite_spec`).
+fn plan_swaps(swaps: &Bound<'_, PyAny>) -> PyResult<Vec<core::writeback::Swap>> {
+    use core::writeback::{Swap, SwapIn};
+    let mut out = Vec::new();
+    for (i, s) in swaps.try_iter()?.enumerate() {
+        let s = s?;
+        let output = match field(&s, "output")? {
+            None => 0,
+            Some(o) => o
+                .py()
+                .get_type::<pyo3::types::PyInt>()
+                .call1((&o,))
+                .and_then(|o| o.extract::<i64>())
+                .map_err(|_| {
+                    errors::to_py(
+                        s.py(),
+                        core::PlanError::InvalidArgument(format!(
+                            "swaps[{i}].output must be an output index (an integer), got {}",
+                            o.repr().map(|r| r.to_string()).unwrap_or_default()
+                        )),
+                    )
+                })?,
+        };
+        let gate = match field(&s, "gate")? {
+            Some(g) if !g.is_none() => Some(plan_index(&field(&g, "node")?.unwrap_or(g))),
+            _ => None,
+        };
+        let mut ins = Vec::new();
+        if let Some(list) = field(&s, "ins")? {
+            for e in list.try_iter()? {
+                let e = e?;
+                ins.push(SwapIn {
+                    trigger: plan_index(&field(&e, "trigger")?.unwrap_or(e.clone())),
+                    follows: field(&e, "follows")?.map_or(Ok(false), |f| f.is_truthy())?,
+                    consumers: plan_indices(field(&e, "consumers")?)?,
+                    clone_consumers: plan_indices(field(&e, "clone_consumers")?)?,
+                });
+            }
+        }
+        out.push(Swap {
+            node: plan_index(&field(&s, "node")?.unwrap_or(s.clone())),
+            output,
+            after: field(&s, "after")?.map(|a| plan_index(&a)),
+            gate,
+            ins,
+        });
+    }
+    Ok(out)
+}
+
+/// An op's signature from `sig_of(op)`: None for an op TensorFlow does not
+/// know, else `(commutative, [(type_list_attr, type, type_attr,
+/// number_attr)], {attr: (type, i, [types])})`.
+fn op_sig(v: &Bound<'_, PyAny>) -> PyResult<Option<core::writeback::OpSig>> {
+    use core::writeback::{AttrDefault, OpSig, OutArg};
+    if v.is_none() {
+        return Ok(None);
+    }
+    type Sig = (
+        bool,
+        Vec<(String, i64, String, String)>,
+        std::collections::HashMap<String, (i64, i64, Vec<i64>)>,
+    );
+    let (commutative, outputs, defaults): Sig = v.extract()?;
+    Ok(Some(OpSig {
+        commutative,
+        outputs: outputs
+            .into_iter()
+            .map(|(type_list_attr, fixed, type_attr, number_attr)| OutArg {
+                type_list_attr,
+                fixed,
+                type_attr,
+                number_attr,
+            })
+            .collect(),
+        defaults: defaults
+            .into_iter()
+            .map(|(k, (type_, i, types))| (k, AttrDefault { type_, i, types }))
+            .collect(),
+    }))
+}
+
+/// Writes a plan's swaps into the serialized GraphDef `data`
+/// (`core::writeback::write`); `sig_of(op)` gives the signature of each op
+/// the swaps name (see `op_sig`). Returns the new graph's bytes and what the
+/// Python writer needs: (bytes, nodes, swap_out, swap_in, rewired, changed,
+/// lost, gained, redirects).
+#[pyfunction]
+#[allow(clippy::too_many_arguments, clippy::type_complexity)]
+fn write_swaps<'py>(
+    py: Python<'py>,
+    data: &[u8],
+    swaps: &Bound<'py, PyAny>,
+    sig_of: &Bound<'py, PyAny>,
+    swap_out_op: String,
+    swap_in_op: String,
+    device: String,
+    host: String,
+    pin_consumers: bool,
+    prefix: String,
+) -> PyResult<(
+    Bound<'py, pyo3::types::PyBytes>,
+    usize,
+    Vec<String>,
+    Vec<String>,
+    u64,
+    Bound<'py, PyAny>,
+    Vec<(String, u64)>,
+    Vec<(String, u64)>,
+    Vec<(u32, String, String, String)>,
+)> {
+    use core::writeback::{self as wb, NodeIndex, Target};
+    let swaps = plan_swaps(swaps)?;
+    let index = run(py, || NodeIndex::new(data))?;
+    let ops = run(py, || wb::ops_needed(&index, &swaps))?;
+    let mut sigs = wb::Sigs::default();
+    for op in ops {
+        if let Some(sig) = op_sig(&sig_of.call1((op.as_str(),))?)? {
+            sigs.insert(op, sig);
+        }
+    }
+    let target = Target {
+        swap_out_op,
+        swap_in_op,
+        device,
+        host,
+        pin_consumers,
+        prefix,
+    };
+    let w = run(py, || wb::write(&index, &swaps, &sigs, &target))?;
+    let graph = pyo3::types::PyBytes::new_with(py, w.graph.len(), |buf| {
+        w.graph.write_to(buf);
+        Ok(())
+    })?;
+    let changed = w.changed.into_pyobject(py)?.into_any();
+    Ok((
+        graph,
+        w.nodes,
+        w.swap_out,
+        w.swap_in,
+        w.rewired,
+        changed,
+        w.lost,
+        w.gained,
+        w.redirects,
+    ))
+}
+
 /// The planning strategies in report order: (name, one-line rule, swaps).
 #[pyfunction]
 fn strategies() -> Vec<(&'static str, &'static str, bool)> {
@@ -846,6 +1036,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(has_node_op, m)?)?;
     m.add_function(wrap_pyfunction!(op_table, m)?)?;
     m.add_function(wrap_pyfunction!(load_plan, m)?)?;
+    m.add_function(wrap_pyfunction!(write_swaps, m)?)?;
     m.add("PLAN_SCHEMA_VERSION", core::schema::PLAN_SCHEMA_VERSION)?;
     m.add("REPLAY_VERSION", core::replay::VERSION)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
