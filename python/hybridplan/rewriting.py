@@ -317,6 +317,7 @@ def _rewrite(
             prefix,
         )
         out = graph_pb2.GraphDef.FromString(written[0])
+        written = written[1:]  # the bytes (as large as the graph) are not kept
     elif data is not None:
         out = graph_pb2.GraphDef.FromString(data)
     else:
@@ -324,7 +325,7 @@ def _rewrite(
         out.CopyFrom(origin)
     writer = _Writer(out, origin or out, spec, device, host, prefix)
     if written is not None:
-        writer.took_swaps(*written[1:])
+        writer.took_swaps(*written)
     for r, rec in enumerate(plan.get("recomputes", ())):
         writer.recompute(r, rec)
     writer.check_redirects_used()
