@@ -410,12 +410,16 @@ def test_plan_values_are_taken_as_python_took_them(case):
     assert rewrite(gd, {"swaps": [as_numpy]}, target="cpu-emulation") == want
     bad = [
         ({**good, "node": "Relu"}, "swaps[0].node must be a node index, got 'Relu'"),
-        ({**good, "node": True}, "swaps[0].node must be a node index, got True"),
+        ({**good, "node": [relu]}, "swaps[0].node must be a node index, got ["),
         ({**good, "after": 2**70}, "swaps[0].after = 1180591620717411303424 is not a node"),
         ({**good, "output": "first"}, "swaps[0].output must be an output index"),
         (
             {**good, "ins": [{"trigger": 0, "consumers": [None]}]},
             "swaps[0].ins[0] must be a node index, got None",
+        ),
+        (
+            {**good, "ins": [{"trigger": 0, "consumers": 5}]},
+            "swaps[0].ins[0].consumers must be a list of node indices, got 5",
         ),
     ]
     for swap, message in bad:

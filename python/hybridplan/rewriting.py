@@ -300,7 +300,7 @@ def _rewrite(
     else:
         origin = inlined(graph_def)
         data = None
-    swaps = plan.get("swaps", ())
+    swaps = list(plan.get("swaps", ()))
     written = None
     if swaps:  # the core writes the swaps into the bytes (rust/core/src/writeback.rs)
         if data is None:

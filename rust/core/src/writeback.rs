@@ -16,8 +16,13 @@
 //! handed back ([`Written::redirects`]). Every inserted node has `T` (the
 //! output's dtype from its op's signature, [`OpSig`]),
 //! `_grappler_do_not_remove = true` and the producer's `_output_shapes`
-//! entry `k` when it has one. Errors are those of the Python writer, in its
-//! order, with its words.
+//! entry `k` when it has one. Errors are the Python writer's checks, in
+//! its order and of its classes (the glue reads every swap's values before
+//! any check; an unsupported graph gets [`PlanError::Unsupported`]'s words).
+//! Read otherwise than protobuf would (inputs TensorFlow does not write, left
+//! as they are): an output index in non-ASCII digits, group fields (wire
+//! types 3 and 4), an `AttrValue` that sets two members of its oneof or a map
+//! entry that carries its value twice, enum values past 32 bits.
 //!
 //! # Model
 //! The bytes are not parsed into messages: the `GraphDef`'s fields are
@@ -192,8 +197,10 @@ impl Image<'_> {
 /// Where each node's bytes lie in the `GraphDef`, and its other fields.
 pub struct NodeIndex<'a> {
     bytes: &'a [u8],
-    /// Per node: its `NodeDef` payload.
+    /// Per node: its `NodeDef` payload, and where its field (key, length,
+    /// payload) starts in `bytes`.
     nodes: Vec<&'a [u8]>,
+    starts: Vec<usize>,
 }
 
 fn decode(bytes: &[u8], m: Malformed, what: &str) -> PlanError {
@@ -211,16 +218,23 @@ impl<'a> NodeIndex<'a> {
     pub fn new(bytes: &'a [u8]) -> Result<Self> {
         let mut s = Scan::new(bytes);
         let mut nodes = Vec::new();
+        let mut starts = Vec::new();
         let top = |m| decode(bytes, m, "the GraphDef's fields");
         while !s.at_end() {
+            let start = s.pos();
             let (field, wire) = s.key().map_err(top)?;
             if field == 1 && wire == LEN {
                 nodes.push(s.bytes().map_err(top)?);
+                starts.push(start);
             } else {
                 s.skip(wire).map_err(top)?;
             }
         }
-        Ok(NodeIndex { bytes, nodes })
+        Ok(NodeIndex {
+            bytes,
+            nodes,
+            starts,
+        })
     }
 
     pub fn len(&self) -> usize {
@@ -367,9 +381,15 @@ fn concat(parts: &[&str]) -> String {
 
 /// `v` in decimal.
 fn decimal(v: usize) -> String {
+    let mut s = String::new();
+    push_decimal(&mut s, v as u64);
+    s
+}
+
+/// Appends `v` in decimal (no formatting machinery: the hot names).
+pub(crate) fn push_decimal(s: &mut String, mut v: u64) {
     let mut digits = [0u8; 20];
     let mut at = digits.len();
-    let mut v = v;
     loop {
         at -= 1;
         digits[at] = b'0' + (v % 10) as u8;
@@ -378,7 +398,7 @@ fn decimal(v: usize) -> String {
             break;
         }
     }
-    digits[at..].iter().map(|&d| d as char).collect()
+    s.extend(digits[at..].iter().map(|&d| d as char));
 }
 
 /// Whether `producer + s` sorts against `producer + r` as `producer + t`
@@ -419,11 +439,18 @@ pub fn ranked(producer: &str, targets: &[&str], siblings: &[&str], tag: &str) ->
 
 /// Python's `repr` of a one-key list of strings (an error's words).
 fn py_list(key: &str) -> String {
-    format!("['{}']", key.replace('\\', "\\\\").replace('\'', "\\'"))
+    format!("[{}]", py_str(key))
 }
 
+/// Python's `repr` of a string of printable characters: single quotes, or
+/// double quotes when it holds a single quote and no double one.
 fn py_str(s: &str) -> String {
-    format!("'{}'", s.replace('\\', "\\\\").replace('\'', "\\'"))
+    let s = s.replace('\\', "\\\\");
+    if s.contains('\'') && !s.contains('"') {
+        format!("\"{s}\"")
+    } else {
+        format!("'{}'", s.replace('\'', "\\'"))
+    }
 }
 
 fn invalid(msg: String) -> PlanError {
@@ -569,7 +596,19 @@ impl<'i, 'a> State<'i, 'a> {
                     None => sig.defaults[&arg.number_attr].i,
                 }
             };
-            out.extend(std::iter::repeat_n(dtype, count.max(0) as usize));
+            let count = count.max(0) as u64;
+            if out.len() as u64 + count > u64::from(crate::build::MAX_OUTPUTS) {
+                return Err(PlanError::Unsupported {
+                    node: name.into(),
+                    op: op.into(),
+                    reason: format!(
+                        "its attribute {} gives {count} outputs, more than the {} a node may have",
+                        py_str(&arg.number_attr),
+                        crate::build::MAX_OUTPUTS
+                    ),
+                });
+            }
+            out.extend(std::iter::repeat_n(dtype, count as usize));
         }
         Ok(out)
     }
@@ -810,8 +849,8 @@ impl<'i, 'a> State<'i, 'a> {
         for i in order {
             let node = self.index.nodes[i as usize];
             let start = node.as_ptr() as usize - bytes.as_ptr() as usize;
-            // The field's key (one byte: field 1, LEN) and length come before the payload.
-            let field_start = start - 1 - varint_len(node.len() as u64);
+            // The field's key and length (as written, canonical or not) come before it.
+            let field_start = self.index.starts[i as usize];
             body.clear();
             rewrite_node(node, &self.changed[&i], &mut body)
                 .map_err(|m| decode(bytes, m, &format!("node {i}")))?;

@@ -818,14 +818,11 @@ fn has_node_op(py: Python<'_>, data: &[u8], ops: Vec<String>) -> PyResult<bool> 
     })
 }
 
-/// A node index of a hand-written or saved plan, as the Python writer took
-/// it: an `int` (or anything `int()` takes, but a bool); else its `repr`.
+/// A node index of a hand-written or saved plan, as the Python writer takes
+/// it (`_Writer.index`): anything `int()` takes; else its `repr`.
 fn plan_index(v: &Bound<'_, PyAny>) -> core::writeback::Ix {
     use core::writeback::Ix;
     let repr = || v.repr().map(|r| r.to_string()).unwrap_or_default();
-    if v.is_instance_of::<pyo3::types::PyBool>() {
-        return Ix::Bad(repr());
-    }
     let int = if v.is_instance_of::<pyo3::types::PyInt>() {
         Ok(v.clone())
     } else {
@@ -840,11 +837,20 @@ fn plan_index(v: &Bound<'_, PyAny>) -> core::writeback::Ix {
     }
 }
 
-fn plan_indices(v: Option<Bound<'_, PyAny>>) -> PyResult<Vec<core::writeback::Ix>> {
-    match v {
-        None => Ok(Vec::new()),
-        Some(v) => v.try_iter()?.map(|x| Ok(plan_index(&x?))).collect(),
-    }
+/// The node indices of a list of them; `what` names it in the error.
+fn plan_indices(
+    v: Option<Bound<'_, PyAny>>,
+    what: impl FnOnce() -> String,
+) -> PyResult<Vec<core::writeback::Ix>> {
+    let Some(v) = v else {
+        return Ok(Vec::new());
+    };
+    let Ok(items) = v.try_iter() else {
+        let got = v.repr().map(|r| r.to_string()).unwrap_or_default();
+        let msg = format!("{} must be a list of node indices, got {got}", what());
+        return Err(errors::to_py(v.py(), core::PlanError::InvalidArgument(msg)));
+    };
+    items.map(|x| Ok(plan_index(&x?))).collect()
 }
 
 /// `d[k]`, or None where `d` has no `k`.
@@ -889,13 +895,16 @@ fn plan_swaps(swaps: &Bound<'_, PyAny>) -> PyResult<Vec<core::writeback::Swap>> 
         };
         let mut ins = Vec::new();
         if let Some(list) = field(&s, "ins")? {
-            for e in list.try_iter()? {
+            for (j, e) in list.try_iter()?.enumerate() {
                 let e = e?;
+                let at = || format!("swaps[{i}].ins[{j}]");
                 ins.push(SwapIn {
                     trigger: plan_index(&field(&e, "trigger")?.unwrap_or(e.clone())),
                     follows: field(&e, "follows")?.map_or(Ok(false), |f| f.is_truthy())?,
-                    consumers: plan_indices(field(&e, "consumers")?)?,
-                    clone_consumers: plan_indices(field(&e, "clone_consumers")?)?,
+                    consumers: plan_indices(field(&e, "consumers")?, || at() + ".consumers")?,
+                    clone_consumers: plan_indices(field(&e, "clone_consumers")?, || {
+                        at() + ".clone_consumers"
+                    })?,
                 });
             }
         }

@@ -388,20 +388,8 @@ pub(super) fn push_name(names: &mut String, scope: &str, n: Nm) {
     names.push_str(n.2);
 }
 
-pub(super) fn push_num(s: &mut String, mut v: u64) {
-    let mut buf = [0u8; 20];
-    let mut i = buf.len();
-    loop {
-        i -= 1;
-        buf[i] = b'0' + (v % 10) as u8;
-        v /= 10;
-        if v == 0 {
-            break;
-        }
-    }
-    for &b in &buf[i..] {
-        s.push(b as char);
-    }
+pub(super) fn push_num(s: &mut String, v: u64) {
+    crate::writeback::push_decimal(s, v);
 }
 
 pub(super) fn vlen(v: u64) -> usize {

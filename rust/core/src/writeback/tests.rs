@@ -185,3 +185,61 @@ fn malformed_bytes_are_decode_errors() {
     let e = write(&index, &[swap_of(0, &[], None)], &sigs(), &target()).unwrap_err();
     assert!(matches!(e, PlanError::Decode(_)), "{e}");
 }
+
+#[test]
+fn a_node_field_with_a_long_length_varint_is_replaced_whole() {
+    // The same graph, but node "g"'s length written in one more byte than needed
+    // (protobuf readers accept it): the splice must start at its key.
+    let mut bytes = Vec::new();
+    for n in [
+        node("x", "Placeholder", &[], "dtype", 1),
+        node("r", "Relu", &["x"], "T", 1),
+        node("s", "AddN", &["r", "x"], "T", 1),
+    ] {
+        put_bytes(&mut bytes, 1, &n);
+    }
+    let g = node("g", "ReluGrad", &["s", "r:0"], "T", 1);
+    assert!(g.len() < 0x80);
+    bytes.extend_from_slice(&[1 << 3 | 2, 0x80 | g.len() as u8, 0x00]);
+    bytes.extend_from_slice(&g);
+    let index = NodeIndex::new(&bytes).unwrap();
+    assert_eq!(index.len(), 4);
+    let w = write(&index, &[swap_of(1, &[3], None)], &sigs(), &target()).unwrap();
+    let out = w.graph.to_vec();
+    let index = NodeIndex::new(&out).unwrap();
+    assert_eq!(index.len(), 6);
+    assert_eq!(index.node(3).unwrap().inputs(), ["s", "r-hp/swap_in/0_0"]);
+}
+
+#[test]
+fn a_count_of_outputs_past_the_limit_is_an_error_not_an_allocation() {
+    let mut bytes = Vec::new();
+    let mut n = node("u", "Unpack", &[], "T", 1);
+    let mut v = Vec::new();
+    put_varint_field(&mut v, 3, 1 << 40);
+    put_attr(&mut n, "num", &v);
+    put_bytes(&mut bytes, 1, &n);
+    let mut sigs = sigs();
+    let out = OutArg {
+        type_attr: "T".into(),
+        number_attr: "num".into(),
+        ..OutArg::default()
+    };
+    let sig = OpSig {
+        commutative: false,
+        outputs: vec![out],
+        defaults: FxHashMap::default(),
+    };
+    sigs.insert("Unpack".into(), sig);
+    let index = NodeIndex::new(&bytes).unwrap();
+    let e = write(&index, &[swap_of(0, &[], None)], &sigs, &target()).unwrap_err();
+    assert!(e.to_string().contains("gives 1099511627776 outputs"), "{e}");
+}
+
+#[test]
+fn names_are_quoted_as_python_quotes_them() {
+    assert_eq!(py_str("a"), "'a'");
+    assert_eq!(py_str("a'b"), "\"a'b\"");
+    assert_eq!(py_str("a'\"b"), "'a\\'\"b'");
+    assert_eq!(py_list("x:1"), "['x:1']");
+}
