@@ -14,8 +14,8 @@ these fields of it (a hand-written plan may give only these; ``output`` defaults
                      "readers": [{"node": v, "output": k, "reads": n}]}]}
 
 What is inserted (semantics of ``rust/core/src/plan.rs``). The swaps are written into the
-graph's bytes by the core (``rust/core/src/writeback.rs``, this rule, the Python writer's
-errors); the recomputes, gates and keepers here, on the parsed result:
+graph's bytes by the core (``rust/core/src/writeback.rs``: this rule, and the checks of
+this module's ``Raises``); the recomputes, gates and keepers here, on the parsed result:
 
 - **Swap.** One swap-out node ``<prefix>/swap_out/<i>/<producer>`` copies ``p:k`` to the
   host; when ``after != p`` it has a control input from ``after``. Each ``ins`` entry
@@ -243,11 +243,15 @@ def rewrite_with_summary(
         exactly; new nodes appended) and a :class:`RewriteSummary`.
 
     Raises:
-        InvalidArgumentError: unknown target; an index out of range; a consumer that does
-            not read the tensor it is listed for; a clone consumer that no later
-            recompute clones; a node listed twice in one recompute.
-        UnsupportedGraphError: a swapped tensor whose op TensorFlow does not know, or a
-            resource / variant tensor (a handle, not a buffer).
+        InvalidArgumentError: unknown target; an index out of range or that is no
+            integer; an output that is no integer or that the node does not have; a
+            consumer list that is no list; a consumer that does not read the tensor it is
+            listed for; a ``follows`` with no swap-in of its trigger before it; a clone
+            consumer that no later recompute clones; a node listed twice in one recompute.
+        UnsupportedGraphError: a swapped tensor whose op TensorFlow does not know, that
+            lacks an attribute its output types need, or gives more outputs than a node
+            may have; a resource / variant tensor (a handle, not a buffer).
+        InvalidGraphError: bytes that are not a ``GraphDef`` where the core reads them.
 
     Complexity:
         The swaps are written by the core into the bytes (``_core.write_swaps``,
@@ -323,7 +327,7 @@ def _rewrite(
     else:
         out = graph_pb2.GraphDef()
         out.CopyFrom(origin)
-    writer = _Writer(out, origin or out, spec, device, host, prefix)
+    writer = _Writer(out, out if origin is None else origin, spec, device, host, prefix)
     if written is not None:
         writer.took_swaps(*written)
     for r, rec in enumerate(plan.get("recomputes", ())):
