@@ -23,6 +23,7 @@ __all__ = [
     "op_facts",
     "op_table",
     "plan",
+    "ranked",
     "replay",
     "simulate_plan",
     "strategies",
@@ -230,6 +231,10 @@ def strategies() -> list[tuple[str, str, bool]]: ...
 def function_call_ops() -> list[str]: ...
 def has_node_op(data: bytes, ops: list[str]) -> bool: ...
 def op_facts(op: str) -> tuple[bool, bool, bool, str | None]: ...
+
+# The name of a node standing for a tensor among commutative readers' inputs (the rule of
+# rust/core/src/writeback.rs, `ranked`).
+def ranked(producer: str, targets: list[str], siblings: list[str], tag: str) -> str: ...
 
 # The swaps of a plan written into GraphDef bytes (rust/core/src/writeback.rs): the new
 # graph's bytes, the input's node count, the swap-out and swap-in names, the slots

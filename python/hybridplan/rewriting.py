@@ -448,12 +448,6 @@ def _readers(inputs: Any) -> dict[str, int]:
     return out
 
 
-#: What goes between a tensor's producer name and the tag of a node that stands for the
-#: tensor (see ``_ranked``), tried in this order. ``-`` is the smallest character a node
-#: name may hold after its first, ``9`` the largest below ``:``.
-_PADS = ("-", "--", "---", "9", "99", "999", "A", "AA")
-
-
 @functools.cache
 def _commutative(op: str) -> bool:
     """Whether ``op``'s OpDef is marked commutative (``AddN``, ``AddV2``, ``Mul``...):
@@ -462,16 +456,6 @@ def _commutative(op: str) -> bool:
 
     op_def = op_def_registry.get(op)
     return op_def is not None and op_def.is_commutative
-
-
-def _suffix_fits(s: str, r: str, t: str) -> bool:
-    """Whether ``producer + s`` sorts against ``producer + r`` as ``producer + t`` does,
-    whatever follows ``r``."""
-    if r == t:
-        return True
-    if r < t:
-        return s > r and not s.startswith(r)
-    return s < r
 
 
 def _ranked(producer: str, targets: Sequence[str], siblings: Sequence[str], tag: str) -> str:
@@ -484,17 +468,14 @@ def _ranked(producer: str, targets: Sequence[str], siblings: Sequence[str], tag:
     their text (``utils/canonicalizer.cc``), and an ``AddN`` sums in that order. An input
     renamed to ``hybridplan/swap_in/...`` moves in that order, and the sum rounds
     differently. The name is ``producer + pad + tag``: compared with a sibling that does
-    not start with ``producer`` it sorts as ``producer`` does; the pad (``_PADS``) is the
+    not start with ``producer`` it sorts as ``producer`` does; the pad is the
     first that also ranks it right against the siblings that do (``producer:1``,
     ``producer/Mul``, ``producer_1``). When none does (a pathological set of names) the
-    first pad is used. O(len(siblings) x len(_PADS)).
+    first pad is used. The rule is the core's
+    (``writeback::ranked``), which names the swap-ins: one rule for every node that stands
+    for a tensor. O(len(siblings) x pads).
     """
-    rel = [x[len(producer) :] for x in siblings if x.startswith(producer) and x != producer]
-    for pad in _PADS:
-        s = pad + tag
-        if all(_suffix_fits(s, r, t) for r in rel for t in targets):
-            return producer + s
-    return producer + _PADS[0] + tag
+    return _core.ranked(producer, list(targets), list(siblings), tag)
 
 
 # --------------------------------------------------------------------------- the writer

@@ -1017,6 +1017,17 @@ fn write_swaps<'py>(
     ))
 }
 
+/// The name of a node standing for the tensors `producer + t` (`t` in
+/// `targets`) among the commutative readers' inputs `siblings`
+/// (`core::writeback::ranked`): the writer's clones and gates are named by the
+/// rule that names the core's swap-ins.
+#[pyfunction]
+fn ranked(producer: &str, targets: Vec<String>, siblings: Vec<String>, tag: &str) -> String {
+    let targets: Vec<&str> = targets.iter().map(String::as_str).collect();
+    let siblings: Vec<&str> = siblings.iter().map(String::as_str).collect();
+    core::writeback::ranked(producer, &targets, &siblings, tag)
+}
+
 /// The planning strategies in report order: (name, one-line rule, swaps).
 #[pyfunction]
 fn strategies() -> Vec<(&'static str, &'static str, bool)> {
@@ -1046,6 +1057,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(op_table, m)?)?;
     m.add_function(wrap_pyfunction!(load_plan, m)?)?;
     m.add_function(wrap_pyfunction!(write_swaps, m)?)?;
+    m.add_function(wrap_pyfunction!(ranked, m)?)?;
     m.add("PLAN_SCHEMA_VERSION", core::schema::PLAN_SCHEMA_VERSION)?;
     m.add("REPLAY_VERSION", core::replay::VERSION)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
