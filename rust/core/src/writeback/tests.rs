@@ -7,7 +7,7 @@ fn ranked_keeps_the_rank_among_siblings() {
     assert_eq!(ranked("a", &[""], &["b"], "t"), "a-t");
     // "a:1" sorts after "a"; the stand-in for "a" must sort before it: "a-t" < "a:1".
     assert_eq!(ranked("a", &[""], &["a:1"], "t"), "a-t");
-    // (Python's _ranked gives the same.) "a-x" sorts after "a", as "a-t" does.
+    // "a-x" sorts after "a", as "a-t" does (Python's `_ranked` calls this rule).
     assert_eq!(ranked("a", &[""], &["a-x"], "t"), "a-t");
     // A stand-in for "a:1" must sort after "a-" as "a:1" does: no "-" pad does, "9" does.
     assert_eq!(ranked("a", &[":1"], &["a-"], "t"), "a9t");
