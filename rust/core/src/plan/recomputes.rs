@@ -74,14 +74,25 @@ fn options_of(
         unit_options(ctx, u, nodes, SpanRule::ANY, cands, &gap_of, &mut work);
     }
     let n = units.units.len();
+    // A segment's nodes in schedule order: its units' positions sorted
+    // (plain integers, each unique), then read off the schedule.
+    let (mut at, mut nodes) = (Vec::new(), Vec::new());
     for width in SEGMENT_WIDTHS {
         for start in (0..n).step_by(width / 2) {
             let end = (start + width).min(n);
             if end - start < 2 {
                 continue;
             }
-            let mut nodes: Vec<u32> = units.units[start..end].iter().flatten().copied().collect();
-            nodes.sort_by_key(|&v| ctx.s.pos[v as usize]);
+            at.clear();
+            at.extend(
+                units.units[start..end]
+                    .iter()
+                    .flatten()
+                    .map(|&v| ctx.s.pos[v as usize]),
+            );
+            at.sort_unstable();
+            nodes.clear();
+            nodes.extend(at.iter().map(|&p| ctx.s.order[p as usize]));
             unit_options(
                 ctx,
                 n + start,

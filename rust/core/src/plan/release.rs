@@ -44,7 +44,9 @@
 //! neither is passed over.
 //!
 //! # Complexity
-//! O(S * (log N + W * d)) for S swaps, a walk of W ops of in-degree d, and
+//! O(S * (log D + W * d)) for S swaps, D the positions from a swap's
+//! producer to the first op starting after its copy (a galloping search),
+//! a walk of W ops of in-degree d, and
 //! O(V * d) more for each swap of a tensor not made in the forward pass
 //! (a reverse walk of at most `MAX_VISIT` = V ops).
 
@@ -78,9 +80,7 @@ pub(crate) fn set_releases(g: &Graph, s: &Schedule, plan: &mut Plan, sim: &SimRe
         if lo >= n {
             continue;
         }
-        // Starts along the schedule are non-decreasing: the compute stream
-        // runs it in order.
-        let first = lo + s.order[lo..].partition_point(|&v| sim.op_start[v as usize] < end);
+        let first = first_not_before(&s.order, &sim.op_start, lo, end);
         let forward = g.phase.get(x as usize) == Some(&Phase::Forward);
         let waited = match sw.ins.first() {
             Some(i) if !forward => waited_for(g, s, &i.consumers, first),
@@ -95,6 +95,25 @@ pub(crate) fn set_releases(g: &Graph, s: &Schedule, plan: &mut Plan, sim: &SimRe
         };
         let found = first_release(g, s, (x, sw.after), first, on_line);
         (sw.release, sw.gate) = found.unwrap_or((NONE, NONE));
+    }
+}
+
+/// The first position from `lo` on whose op starts at or after `end`
+/// (`order.len()`: none). Starts along the schedule are non-decreasing (the
+/// compute stream runs it in order), so this is a binary search, galloping
+/// from `lo`: a swap-out mostly ends a few ops after its producer, so the
+/// search costs O(log d) for an answer d positions on, not O(log N) random
+/// reads of `op_start`.
+fn first_not_before(order: &[u32], op_start: &[f64], lo: usize, end: f64) -> usize {
+    let before = |v: &u32| op_start[*v as usize] < end;
+    let n = order.len();
+    let (mut from, mut step) = (lo, 1);
+    loop {
+        let to = (from + step).min(n);
+        if to == n || !before(&order[to - 1]) {
+            return from + order[from..to].partition_point(before);
+        }
+        (from, step) = (to, 2 * step);
     }
 }
 
@@ -197,4 +216,48 @@ fn forbidden_inputs(g: &Graph, x: u32, after: u32) -> FxHashSet<u32> {
         }
     }
     f
+}
+
+#[cfg(test)]
+mod tests {
+    use super::first_not_before;
+
+    /// The galloping search answers as a binary search over the whole
+    /// rest of the schedule, for every start and every end time: starts
+    /// with runs of equal times (ops of no time), ends before the first,
+    /// between, on and after the last start.
+    #[test]
+    fn galloping_search_is_the_binary_search() {
+        let mut seed = 7u64;
+        for n in [1usize, 2, 3, 5, 17, 64, 100] {
+            // A schedule in a scrambled node order (7 is prime to every n);
+            // starts non-decreasing along it.
+            let order: Vec<u32> = (0..n as u32).map(|p| (p * 7 + 3) % n as u32).collect();
+            let order = if n % 7 == 0 {
+                (0..n as u32).collect()
+            } else {
+                order
+            };
+            let mut op_start = vec![0.0; n];
+            let mut t = 0.0;
+            for &v in &order {
+                seed = seed
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
+                t += ((seed >> 33) % 3) as f64; // 0, 1 or 2: runs of equal starts
+                op_start[v as usize] = t;
+            }
+            for lo in 0..n {
+                for k in -1..=(2 * t as i64 + 2) {
+                    let end = k as f64 / 2.0;
+                    let want = lo + order[lo..].partition_point(|&v| op_start[v as usize] < end);
+                    assert_eq!(
+                        first_not_before(&order, &op_start, lo, end),
+                        want,
+                        "{n} {lo} {end}"
+                    );
+                }
+            }
+        }
+    }
 }
