@@ -20,10 +20,12 @@
 //!
 //! A candidate that cannot be faster than the best so far is not built
 //! (`Bounds`): the recompute plan when the best is at least as fast as the
-//! forward units' cheapest recompute allows, and the published loops with
+//! forward units' cheapest recompute allows, the published loops with
 //! their start (the `swap` and TFLMS plans) when moreover the best is as
-//! fast as any plan can be. Skipping them changes no result, only the
-//! evaluations counted.
+//! fast as any plan can be, and Chen's and the "blocks" plans (their cuts
+//! included) when the best is as fast as any plan can be. Skipping them
+//! changes no result, only the evaluations counted (a spans plan that
+//! cannot win is not simulated either way).
 //!
 //! # The model
 //! The simulator's step time ranks the plans; every plan has passed the
@@ -81,15 +83,20 @@ impl Planner<'_> {
         self.unless_beaten(&mut best, skip_recompute, recompute);
         self.unless_beaten(&mut best, skip_loops, loops);
         // Recompute-only plans of whole spans last: one that cannot beat
-        // the best so far is not simulated (`spans_plan`).
+        // the best so far is not simulated (`spans_plan`), and none is
+        // built when the best is as fast as any plan can be.
         let beat =
             |b: &Option<Planned>| b.as_ref().map_or(f64::INFINITY, |p| p.verdict.step_time_s);
-        let chen = self.chen_within(beat(&best));
-        keep_faster(&mut best, chen);
-        for width in BLOCK_WIDTHS {
-            let blocks = self.blocks(width, beat(&best));
-            keep_faster(&mut best, blocks);
-        }
+        let spans = |best: &mut Option<Planned>| {
+            let chen = self.chen_within(beat(best));
+            keep_faster(best, chen);
+            for width in BLOCK_WIDTHS {
+                let blocks = self.blocks(width, beat(best));
+                keep_faster(best, blocks);
+            }
+        };
+        let skip_spans = bounds.beaten(&best, bounds.any);
+        self.unless_beaten(&mut best, skip_spans, spans);
         best.map(|mut p| {
             p.evaluations = self.evals.get();
             p
