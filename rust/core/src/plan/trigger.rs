@@ -31,7 +31,8 @@
 //! where `f` is the number of readers of one input of a walked op: each
 //! input is checked from the shorter side, its readers (binary search in the
 //! sorted consumers) or the consumers' inputs (hashed once, O(K), only when
-//! some input has more than `K` readers). So one op reading O(N) tensors (a
+//! some input has more than `K` readers; `K` itself is counted, O(k), only
+//! when some input has more readers than there are consumers). So one op reading O(N) tensors (a
 //! gradient `IdentityN`) among the consumers, or one tensor read O(N) times
 //! (a learning rate) read by a walked op, costs O(N) only in a call where
 //! both meet, not in every call.
@@ -70,12 +71,18 @@ pub(crate) fn safe_trigger_sorted(
 ) -> Option<u32> {
     debug_assert!(readers.windows(2).all(|w| w[0] < w[1]));
     let is_reader = |n: u32| readers.binary_search(&n).is_ok();
-    let total_in: usize = readers.iter().map(|&c| g.inputs(c).len()).sum();
+    // The consumers' data inputs in all, counted on first need: a reader
+    // has at least one, so an input with no more readers than there are
+    // consumers is checked from its side without counting.
+    let mut total_in: Option<usize> = None;
     // The consumers' inputs, hashed on first need.
     let mut inputs: Option<FxHashSet<u32>> = None;
     let mut read_by_consumer = |x: u32| {
         let by_x = g.consumers(x);
-        if by_x.len() <= total_in {
+        if by_x.len() <= readers.len()
+            || by_x.len()
+                <= *total_in.get_or_insert_with(|| readers.iter().map(|&c| g.inputs(c).len()).sum())
+        {
             return by_x.iter().any(|&c| is_reader(c));
         }
         inputs
