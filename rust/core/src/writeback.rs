@@ -362,6 +362,19 @@ fn tensor_key(text: &str) -> String {
     tensor(name, digits.trim_start_matches('0'))
 }
 
+/// Whether `tensor_key(text) == key`, without making the key.
+fn has_key(text: &str, key: &str) -> bool {
+    let (name, digits) = parse_input(text);
+    let k = digits.trim_start_matches('0');
+    if k.is_empty() {
+        return key == name;
+    }
+    key.len() == name.len() + 1 + k.len()
+        && key.starts_with(name)
+        && key.as_bytes()[name.len()] == b':'
+        && key.ends_with(k)
+}
+
 fn tensor(name: &str, k: &str) -> String {
     if k.is_empty() || k == "0" {
         name.to_string()
@@ -504,10 +517,10 @@ impl<'i, 'a> State<'i, 'a> {
     }
 
     fn node(&mut self, i: u32) -> Result<&Node<'a>> {
-        if let Entry::Vacant(e) = self.parsed.entry(i) {
-            e.insert(self.index.node(i as usize)?);
-        }
-        Ok(&self.parsed[&i])
+        Ok(match self.parsed.entry(i) {
+            Entry::Occupied(e) => e.into_mut(),
+            Entry::Vacant(e) => e.insert(self.index.node(i as usize)?),
+        })
     }
 
     fn name(&mut self, i: u32) -> Result<&'a str> {
@@ -526,17 +539,14 @@ impl<'i, 'a> State<'i, 'a> {
         if !self.changed.contains_key(&i) {
             let original = self.node(i)?.inputs();
             let now = original.iter().map(|&t| Cow::Borrowed(t)).collect();
-            self.changed.insert(
-                i,
-                Changed {
-                    original,
-                    now,
-                    device: None,
-                },
-            );
             self.changed_order.push(i);
+            return Ok(self.changed.entry(i).or_insert(Changed {
+                original,
+                now,
+                device: None,
+            }));
         }
-        Ok(self.changed.get_mut(&i).expect("just inserted"))
+        Ok(self.changed.get_mut(&i).expect("present"))
     }
 
     /// The dtype of every output of node `p`, from its op's signature.
@@ -698,7 +708,7 @@ impl<'i, 'a> State<'i, 'a> {
             let op = self.node(c)?.op;
             if self.sigs.get(op).is_some_and(|s| s.commutative) {
                 for t in self.inputs(c)? {
-                    if !t.starts_with('^') && tensor_key(t) != skip {
+                    if !t.starts_with('^') && !has_key(t, skip) {
                         out.push(t.to_string());
                     }
                 }
@@ -708,10 +718,9 @@ impl<'i, 'a> State<'i, 'a> {
     }
 
     fn rewire(&mut self, c: u32, source: &str, to: &str, what: &dyn Fn() -> String) -> Result<()> {
-        let pin = self.target.pin_consumers;
-        let device = self.target.device.clone();
-        let has_device = !self.node(c)?.device.is_empty();
-        let name = self.name(c)?;
+        let target = self.target;
+        let node = *self.node(c)?;
+        let (has_device, name) = (!node.device.is_empty(), node.name);
         let entry = self.changing(c)?;
         let mut hits = 0u64;
         for slot in 0..entry.original.len() {
@@ -720,7 +729,7 @@ impl<'i, 'a> State<'i, 'a> {
                 continue;
             }
             let hit = if text.contains(':') {
-                tensor_key(text) == source
+                has_key(text, source)
             } else {
                 text == source
             };
@@ -738,8 +747,8 @@ impl<'i, 'a> State<'i, 'a> {
                 py_list(source)
             )));
         }
-        if pin && !has_device {
-            entry.device = Some(device);
+        if target.pin_consumers && !has_device {
+            entry.device = Some(target.device.clone());
         }
         *self.lost.entry(source.to_string()).or_insert(0) += hits;
         self.out.rewired += hits;
@@ -1035,20 +1044,27 @@ pub fn write<'a>(
     sigs: &Sigs,
     target: &Target,
 ) -> Result<Written<'a>> {
+    // The maps sized for the plan once (no rehash as they fill): S swaps,
+    // I swap-ins, R readers named in all.
+    let ins: usize = swaps.iter().map(|s| s.ins.len()).sum();
+    let readers: usize = (swaps.iter().flat_map(|s| &s.ins))
+        .map(|i| i.consumers.len() + i.clone_consumers.len())
+        .sum();
+    let n = swaps.len();
     let mut st = State {
         index,
         sigs,
         target,
-        parsed: FxHashMap::default(),
-        changed: FxHashMap::default(),
-        changed_order: Vec::new(),
-        added: FxHashSet::default(),
+        parsed: FxHashMap::with_capacity_and_hasher(2 * n + ins + readers, Default::default()),
+        changed: FxHashMap::with_capacity_and_hasher(n + readers, Default::default()),
+        changed_order: Vec::with_capacity(n + readers),
+        added: FxHashSet::with_capacity_and_hasher(n + ins, Default::default()),
         new_nodes: Vec::with_capacity(swaps.len() * 3 * 160),
         scratch: Vec::new(),
         value: Vec::new(),
-        last_in: FxHashMap::default(),
-        lost: FxHashMap::default(),
-        gained: FxHashMap::default(),
+        last_in: FxHashMap::with_capacity_and_hasher(ins, Default::default()),
+        lost: FxHashMap::with_capacity_and_hasher(n, Default::default()),
+        gained: FxHashMap::with_capacity_and_hasher(n + ins, Default::default()),
         out: Written::default(),
     };
     for (i, swap) in swaps.iter().enumerate() {

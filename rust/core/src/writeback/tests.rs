@@ -24,6 +24,25 @@ fn input_keys_follow_python() {
     assert_eq!(decimal(1_234_567), "1234567");
 }
 
+/// `has_key` answers as comparing `tensor_key`'s key, on every pair of
+/// inputs and keys that differ in the name, the index, its zeros or its
+/// separator.
+#[test]
+fn has_key_is_comparing_the_tensor_key() {
+    let texts = [
+        "a", "a:0", "a:00", "a:1", "a:01", "a:10", "a:x", "a:", "ab", "ab:1", "a:1:2", "a:b:1",
+        ":1", "", "b:1", "a1",
+    ];
+    let keys = [
+        "a", "a:1", "a:10", "a:x", "a:", "ab", "ab:1", "a:b:1", "a1", "", ":1", "a:01",
+    ];
+    for t in texts {
+        for k in keys {
+            assert_eq!(has_key(t, k), tensor_key(t) == k, "{t:?} {k:?}");
+        }
+    }
+}
+
 /// A `NodeDef` of `name`, `op`, `inputs` and a `T` (or `dtype`) attribute.
 fn node(name: &str, op: &str, inputs: &[&str], attr: &str, dtype: u64) -> Vec<u8> {
     let mut n = Vec::new();
