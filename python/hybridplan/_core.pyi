@@ -238,7 +238,9 @@ def ranked(producer: str, targets: list[str], siblings: list[str], tag: str) -> 
 
 # The swaps of a plan written into GraphDef bytes (rust/core/src/writeback.rs): the new
 # graph's bytes, the input's node count, the swap-out and swap-in names, the slots
-# rewired, (node, inputs before) of every node changed, the reads each tensor lost and
+# rewired, the inputs before of every node changed (packed: node ids ascending, where
+# each node's inputs begin among all of them, where each input begins in one string in
+# characters, both with one entry more, and the string), the reads each tensor lost and
 # gained, and (clone consumer, tensor, swap-in, where) for each clone consumer.
 def write_swaps(
     data: bytes,
@@ -256,7 +258,7 @@ def write_swaps(
     list[str],
     list[str],
     int,
-    list[tuple[int, list[str]]],
+    tuple[npt.NDArray[np.uint32], npt.NDArray[np.uint64], npt.NDArray[np.uint64], str],
     list[tuple[str, int]],
     list[tuple[str, int]],
     list[tuple[int, str, str, str]],

@@ -92,6 +92,7 @@ Example::
 from __future__ import annotations
 
 import functools
+import itertools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -498,8 +499,10 @@ class _Writer:
         # Clones copy their original from here: the input graph, or ``out`` itself.
         self.origin = origin.node
         self.n = len(out.node)
-        # Original node index -> its inputs before the rewrite first changed them.
+        # Original node index -> its inputs before the rewrite first changed them; those
+        # the core's swap writer changed are read from ``before`` when first asked for.
         self.original_inputs: dict[int, list[str]] = {}
+        self.before: tuple[Any, Any, Any, str] | None = None
         # Original node index -> its data inputs as rewire left them (see rewire).
         self.current: dict[int, list[str]] = {}
         self._dtypes: dict[int, list[int]] = {}
@@ -568,14 +571,30 @@ class _Writer:
     def inputs(self, i: int) -> Any:
         """Original node ``i``'s inputs as in the input graph."""
         saved = self.original_inputs.get(i)
+        if saved is None:
+            saved = self.core_before(i)
         return self.nodes[i].input if saved is None else saved
 
     def changing(self, i: int) -> Any:
         """Original node ``i``, about to be changed: its inputs are remembered first."""
         node = self.nodes[i]
-        if i not in self.original_inputs:
+        if i not in self.original_inputs and self.core_before(i) is None:
             self.original_inputs[i] = list(node.input)
         return node
+
+    def core_before(self, i: int) -> list[str] | None:
+        """The inputs of node ``i`` before the core's swap writer changed them (then
+        remembered in ``original_inputs``), or None when it did not change it.
+        O(log changed + its inputs)."""
+        if self.before is None:
+            return None
+        ids, first, bounds, text = self.before
+        j = int(ids.searchsorted(i))
+        if j == len(ids) or int(ids[j]) != i:
+            return None
+        at = bounds[int(first[j]) : int(first[j + 1]) + 1].tolist()
+        saved = self.original_inputs[i] = [text[a:b] for a, b in itertools.pairwise(at)]
+        return saved
 
     def dtypes(self, i: int) -> list[int]:
         """``_output_dtypes`` of original node ``i``, computed once."""
@@ -592,21 +611,22 @@ class _Writer:
         swap_out: list[str],
         swap_in: list[str],
         rewired: int,
-        changed: list[tuple[int, list[str]]],
+        changed: tuple[Any, Any, Any, str],
         lost: list[tuple[str, int]],
         gained: list[tuple[str, int]],
         redirects: list[tuple[int, str, str, str]],
     ) -> None:
         """Takes over what the core's swap writer (``_core.write_swaps``,
         ``rust/core/src/writeback.rs``) did to ``out``: the nodes it inserted, the
-        inputs before of the nodes it changed, the reads each tensor lost and gained,
-        and the clone consumers whose clones read a swap-in. O(swaps)."""
+        inputs before of the nodes it changed (packed, read when asked for:
+        ``core_before``), the reads each tensor lost and gained, and the clone consumers
+        whose clones read a swap-in. O(swaps)."""
         self.n = n
         self.swap_out, self.swap_in = swap_out, swap_in
         self.by_core.update(swap_out)
         self.by_core.update(swap_in)
         self.rewired += rewired
-        self.original_inputs.update(changed)
+        self.before = changed
         self.lost.update(lost)
         self.gained.update(gained)
         for c, key, name, where in redirects:

@@ -975,7 +975,7 @@ fn write_swaps<'py>(
     Vec<String>,
     Vec<String>,
     u64,
-    Bound<'py, PyAny>,
+    PackedInputs<'py>,
     Vec<(String, u64)>,
     Vec<(String, u64)>,
     Vec<(u32, String, String, String)>,
@@ -1003,7 +1003,7 @@ fn write_swaps<'py>(
         w.graph.write_to(buf);
         Ok(())
     })?;
-    let changed = w.changed.into_pyobject(py)?.into_any();
+    let changed = packed_inputs(py, w.changed);
     Ok((
         graph,
         w.nodes,
@@ -1015,6 +1015,48 @@ fn write_swaps<'py>(
         w.gained,
         w.redirects,
     ))
+}
+
+/// The changed nodes' inputs before, for Python to read on demand
+/// (`rewriting._Writer.took_swaps`): node ids ascending; per node, where its
+/// inputs begin among all of them (one entry more, the end); per input,
+/// where it begins in one string, in characters (one entry more); the
+/// string. Four objects instead of a list and a `str` per input (at 64,000
+/// swaps, a few hundred thousand of them, most never read).
+type PackedInputs<'py> = (
+    Bound<'py, PyArray1<u32>>,
+    Bound<'py, PyArray1<u64>>,
+    Bound<'py, PyArray1<u64>>,
+    String,
+);
+
+fn packed_inputs<'py>(py: Python<'py>, mut changed: Vec<(u32, Vec<&str>)>) -> PackedInputs<'py> {
+    changed.sort_unstable_by_key(|c| c.0);
+    let mut ids = Vec::with_capacity(changed.len());
+    let mut first = Vec::with_capacity(changed.len() + 1);
+    let mut bounds = vec![0u64];
+    let mut text = String::new();
+    let mut chars = 0u64;
+    for (node, inputs) in &changed {
+        ids.push(*node);
+        first.push(bounds.len() as u64 - 1);
+        for t in inputs {
+            text.push_str(t);
+            chars += if t.is_ascii() {
+                t.len()
+            } else {
+                t.chars().count()
+            } as u64;
+            bounds.push(chars);
+        }
+    }
+    first.push(bounds.len() as u64 - 1);
+    (
+        ids.into_pyarray(py),
+        first.into_pyarray(py),
+        bounds.into_pyarray(py),
+        text,
+    )
 }
 
 /// The name of a node standing for the tensors `producer + t` (`t` in
