@@ -88,7 +88,7 @@ fn main() {
     println!("{big:?}");
     let recs = planner.recompute_options_for_debug();
     for r in recs.iter().take(5) {
-        println!("rec unit {} clones {} saved {:?} trigger {} inputs {} time {:.2e} bytes {} transient {}", r.unit, r.clones.len(), r.saved, r.trigger, r.inputs.len(), r.time_s, r.bytes, r.transient);
+        println!("rec unit {} clones {} saved {:?} trigger {} inputs {} time {:.2e} bytes {} transient {}", r.unit, r.clones().len(), r.saved().collect::<Vec<_>>(), r.trigger, r.inputs().len(), r.time_s, r.bytes, r.transient);
     }
     let (sw, st) = planner.swap_options_for_debug();
     let live = a.liveness.live_at_peak(&a.graph, 25);
@@ -178,9 +178,9 @@ fn main() {
         println!(
             "chosen unit {} saved {:?} trigger {} inputs {:?}",
             r.unit,
-            r.saved,
+            r.saved().collect::<Vec<_>>(),
             r.trigger,
-            r.inputs
+            r.inputs()
                 .iter()
                 .map(|&x| (
                     x,
@@ -193,7 +193,7 @@ fn main() {
     let covering: Vec<_> = recs
         .iter()
         .filter(|r| {
-            r.saved.iter().map(|s| s.1).max().unwrap() < a.liveness.peak_pos
+            r.saved().map(|s| s.1).max().unwrap() < a.liveness.peak_pos
                 && r.trigger >= a.liveness.peak_pos
         })
         .map(|r| (r.unit, r.bytes))

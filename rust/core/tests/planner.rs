@@ -324,14 +324,14 @@ fn a_recompute_frees_a_buffer_read_late_through_an_alias() {
     };
     let planner = Planner::new(&ctx, &opts, &judge).unwrap();
     let through_alias = |r: &hybridplan_core::plan::options::RecomputeOpt| {
-        r.saved.iter().any(|&(o, _)| {
-            r.consumers.iter().any(|&c| {
+        r.saved().any(|(o, _)| {
+            r.consumers().iter().any(|&c| {
                 g.inputs(c).iter().any(|&x| {
                     x != o
                         && l.owner[x as usize] == o
-                        && r.clones.contains(&g.tensors[x as usize].node)
+                        && r.clones().contains(&g.tensors[x as usize].node)
                 })
-            }) && r.clones.contains(&g.tensors[o as usize].node)
+            }) && r.clones().contains(&g.tensors[o as usize].node)
         })
     };
     let opts_alias: Vec<_> = planner
@@ -348,9 +348,9 @@ fn a_recompute_frees_a_buffer_read_late_through_an_alias() {
     let plan = Plan {
         swaps: vec![],
         recomputes: vec![Recompute {
-            nodes: r.clones.clone(),
+            nodes: r.clones().to_vec(),
             trigger: a.schedule.order[r.trigger as usize],
-            consumers: r.consumers.clone(),
+            consumers: r.consumers().to_vec(),
             clone_consumers: vec![],
         }],
     };

@@ -263,7 +263,7 @@ fn index(ctx: &Ctx<'_>, pool: &Pool<'_>, lambda: f64) -> (Vec<(u32, u32, u32)>, 
         score.push(ctx.g.tensors[t as usize].bytes as f64 / (cost + 1e-12));
     }
     for r in pool.recomputes {
-        let lo = r.saved.iter().map(|&(_, le)| le).max().unwrap_or(r.trigger) + 1;
+        let lo = r.saved().map(|(_, le)| le).max().unwrap_or(r.trigger) + 1;
         // Net bytes: the inputs it keeps alive count against what it frees;
         // an option freeing nothing net is never chosen.
         let net = r.bytes.saturating_sub(r.extended);
@@ -272,7 +272,7 @@ fn index(ctx: &Ctx<'_>, pool: &Pool<'_>, lambda: f64) -> (Vec<(u32, u32, u32)>, 
         }
         // Equal rates (a segment of k units frees k times the bytes in k
         // times the time) go to the smaller option: it leaves the others free.
-        let small = 1.0 - 1e-6 * r.clones.len().min(1000) as f64;
+        let small = 1.0 - 1e-6 * r.clones().len().min(1000) as f64;
         score.push(small * net as f64 / (r.time_s + 1e-12));
     }
     (iv, score)
@@ -304,10 +304,9 @@ fn valid(
         return !st.queue_check || queue_allows(ctx, st, o, &pool.cands[o.cand], p);
     }
     let r = &pool.recomputes[id - ns];
-    r.saved
-        .iter()
-        .all(|&(t, _)| !st.taken[t as usize] && !st.pinned[t as usize])
-        && r.inputs.iter().all(|&x| {
+    r.saved()
+        .all(|(t, _)| !st.taken[t as usize] && !st.pinned[t as usize])
+        && r.inputs().iter().all(|&x| {
             !st.taken[ctx.l.owner[x as usize] as usize]
                 || feed(ctx, pool, st, swaps, r, x).is_some()
         })
@@ -326,7 +325,7 @@ fn feed(
 ) -> Option<(usize, Feed, u32)> {
     let &si = st.swap_of.get(&ctx.l.owner[x as usize])?;
     let o = &swaps[si];
-    let (f, t) = plan_feed(ctx, &pool.cands[o.cand], o, x, r.trigger, &r.clones)?;
+    let (f, t) = plan_feed(ctx, &pool.cands[o.cand], o, x, r.trigger, r.clones())?;
     if f.clones.iter().any(|v| st.fed.contains(v)) {
         return None;
     }
@@ -418,12 +417,12 @@ fn apply_recompute(
     r: &RecomputeOpt,
 ) {
     let trig = r.trigger as usize;
-    for &(t, last_early) in &r.saved {
+    for (t, last_early) in r.saved() {
         let b = ctx.g.tensors[t as usize].bytes as i64;
         st.tree.add(last_early as usize + 1, trig, -b);
         st.taken[t as usize] = true;
     }
-    for &x in &r.inputs {
+    for &x in r.inputs() {
         let o = ctx.l.owner[x as usize];
         if st.taken[o as usize] {
             // Swapped: the clones read a swap-in, moved earlier if needed.

@@ -252,21 +252,20 @@ fn place_in(
     Some((trigger, (d_in - window).max(0.0)))
 }
 
-/// A recompute of one unit, placed.
+/// A recompute of one unit, placed. Its four lists share one allocation
+/// (hundreds of thousands of options at 10^6 nodes): read them through
+/// [`RecomputeOpt::clones`], [`RecomputeOpt::saved`],
+/// [`RecomputeOpt::consumers`] and [`RecomputeOpt::inputs`].
 #[derive(Debug, Clone)]
 pub struct RecomputeOpt {
     pub unit: usize,
-    /// Nodes to clone, schedule order.
-    pub clones: Vec<u32>,
-    /// Buffers freed (owner tensors), each with its last early reader
-    /// position (over the owner and its aliases).
-    pub saved: Vec<(u32, u32)>,
-    /// Late readers, redirected to the clones (node ids, sorted).
-    pub consumers: Vec<u32>,
+    /// The clones, the late readers, the inputs, then the saved buffers as
+    /// (owner, last early reader) pairs, one after another; `ends` closes
+    /// the first three.
+    lists: Box<[u32]>,
+    ends: [u32; 3],
     /// Clones run after the op at this position.
     pub trigger: u32,
-    /// Tensors outside the unit the clones read.
-    pub inputs: Vec<u32>,
     pub time_s: f64,
     pub bytes: u64,
     /// Bytes of clone outputs nobody reads late (live while the clones run).
@@ -276,6 +275,66 @@ pub struct RecomputeOpt {
     /// frees `bytes - extended` at best (a clone of a `Relu` from the
     /// `MatMul` output it read frees nothing).
     pub extended: u64,
+}
+
+impl RecomputeOpt {
+    /// The option of `clones` (schedule order) for the late readers
+    /// `consumers` (sorted), reading `inputs` from outside, freeing `saved`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        unit: usize,
+        clones: &[u32],
+        saved: impl ExactSizeIterator<Item = (u32, u32)>,
+        consumers: &[u32],
+        trigger: u32,
+        inputs: &[u32],
+        costs: (f64, u64, u64, u64),
+    ) -> Self {
+        let (time_s, bytes, transient, extended) = costs;
+        let mut lists =
+            Vec::with_capacity(clones.len() + consumers.len() + inputs.len() + 2 * saved.len());
+        let mut ends = [0u32; 3];
+        for (end, part) in ends.iter_mut().zip([clones, consumers, inputs]) {
+            lists.extend_from_slice(part);
+            *end = lists.len() as u32;
+        }
+        for (t, last_early) in saved {
+            lists.extend_from_slice(&[t, last_early]);
+        }
+        RecomputeOpt {
+            unit,
+            lists: lists.into_boxed_slice(),
+            ends,
+            trigger,
+            time_s,
+            bytes,
+            transient,
+            extended,
+        }
+    }
+
+    /// Nodes to clone, schedule order.
+    pub fn clones(&self) -> &[u32] {
+        &self.lists[..self.ends[0] as usize]
+    }
+
+    /// Late readers, redirected to the clones (node ids, sorted).
+    pub fn consumers(&self) -> &[u32] {
+        &self.lists[self.ends[0] as usize..self.ends[1] as usize]
+    }
+
+    /// Tensors outside the unit the clones read.
+    pub fn inputs(&self) -> &[u32] {
+        &self.lists[self.ends[1] as usize..self.ends[2] as usize]
+    }
+
+    /// Buffers freed (owner tensors), each with its last early reader
+    /// position (over the owner and its aliases).
+    pub fn saved(&self) -> impl ExactSizeIterator<Item = (u32, u32)> + Clone + '_ {
+        self.lists[self.ends[2] as usize..]
+            .chunks_exact(2)
+            .map(|p| (p[0], p[1]))
+    }
 }
 
 /// Working arrays of [`recompute_options`], made once for every call and
@@ -751,22 +810,17 @@ fn finish_grown(
             .any(|&t| clones.contains(&ctx.producer[t as usize]))),
         "unit {unit}: a late reader reads no output of the clones"
     );
-    Some(RecomputeOpt {
+    let time_s = clones.iter().map(|&v| ctx.op_time[v as usize]).sum();
+    let bytes = set.iter().map(cand).map(|c| c.bytes).sum();
+    Some(RecomputeOpt::new(
         unit,
-        time_s: clones.iter().map(|&v| ctx.op_time[v as usize]).sum(),
-        clones: clones.to_vec(),
-        saved: set
-            .iter()
-            .map(cand)
-            .map(|c| (c.owner, c.last_early))
-            .collect(),
-        bytes: set.iter().map(cand).map(|c| c.bytes).sum(),
-        consumers: consumers.to_vec(),
+        clones,
+        set.iter().map(cand).map(|c| (c.owner, c.last_early)),
+        consumers,
         trigger,
-        inputs: inputs.to_vec(),
-        transient,
-        extended,
-    })
+        inputs,
+        (time_s, bytes, transient, extended),
+    ))
 }
 
 #[cfg(test)]

@@ -53,27 +53,24 @@ impl Planner<'_> {
             for &r in group {
                 let rec = &self.recs[r];
                 let usable = rec
-                    .inputs
+                    .inputs()
                     .iter()
                     .all(|&x| !swapped.contains(&owner(x)) && !f.contains(&owner(x)))
-                    && rec
-                        .saved
-                        .iter()
-                        .all(|&(t, _)| !f.contains(&t) && !p.contains(&t));
+                    && rec.saved().all(|(t, _)| !f.contains(&t) && !p.contains(&t));
                 if !usable {
                     continue;
                 }
-                if rec.saved.iter().any(|(t, _)| swapped.contains(t)) {
+                if rec.saved().any(|(t, _)| swapped.contains(&t)) {
                     // Their swaps leave the trial after the group (one pass
                     // over the swaps, not one per recompute).
-                    for &(t, _) in &rec.saved {
+                    for (t, _) in rec.saved() {
                         swapped.remove(&t);
                         unswap.insert(t);
                     }
                 }
                 trial.recomputes.push(self.recompute_of(rec));
-                f.extend(rec.saved.iter().map(|&(t, _)| t));
-                p.extend(rec.inputs.iter().map(|&x| owner(x)));
+                f.extend(rec.saved().map(|(t, _)| t));
+                p.extend(rec.inputs().iter().map(|&x| owner(x)));
             }
             if !unswap.is_empty() {
                 trial.swaps.retain(|s| !unswap.contains(&owner(s.tensor)));
@@ -124,7 +121,7 @@ impl Planner<'_> {
             .collect();
         let mut scored: Vec<(u64, usize)> = Vec::new();
         for (i, r) in self.recs[..self.base_recs].iter().enumerate() {
-            let bytes: u64 = r.saved.iter().filter_map(|(t, _)| swapped.get(t)).sum();
+            let bytes: u64 = r.saved().filter_map(|(t, _)| swapped.get(&t)).sum();
             if bytes > 0 {
                 scored.push((bytes, i));
             }

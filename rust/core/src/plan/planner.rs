@@ -269,7 +269,7 @@ impl<'a> Planner<'a> {
         }
         let mut base_recs = base_recs;
         if let Some(m) = &selected {
-            let keep = |r: &RecomputeOpt| r.clones.iter().all(|&v| m[v as usize]);
+            let keep = |r: &RecomputeOpt| r.clones().iter().all(|&v| m[v as usize]);
             base_recs = recs[..base_recs].iter().filter(|r| keep(r)).count();
             recs.retain(keep);
         }
@@ -456,9 +456,9 @@ impl<'a> Planner<'a> {
 
     pub(super) fn recompute_of(&self, r: &RecomputeOpt) -> Recompute {
         Recompute {
-            nodes: r.clones.clone(),
+            nodes: r.clones().to_vec(),
             trigger: self.ctx.s.order[r.trigger as usize],
-            consumers: r.consumers.clone(),
+            consumers: r.consumers().to_vec(),
             clone_consumers: vec![],
         }
     }

@@ -223,11 +223,11 @@ mod tests {
 
     fn key(r: &RecomputeOpt) -> Key {
         (
-            r.clones.clone(),
-            r.saved.clone(),
-            r.consumers.clone(),
+            r.clones().to_vec(),
+            r.saved().collect(),
+            r.consumers().to_vec(),
             r.trigger,
-            r.inputs.clone(),
+            r.inputs().to_vec(),
             r.time_s.to_bits(),
             r.bytes,
             r.transient,

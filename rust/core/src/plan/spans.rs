@@ -45,9 +45,8 @@ fn block_spans(m: usize, width: usize) -> Vec<(usize, usize)> {
 /// Byte-positions a recompute frees: each saved buffer's bytes times the
 /// positions from its last early read to the clone time.
 fn freed_area(ctx: &Ctx<'_>, r: &RecomputeOpt) -> u128 {
-    r.saved
-        .iter()
-        .map(|&(t, last_early)| {
+    r.saved()
+        .map(|(t, last_early)| {
             let span = r.trigger.saturating_sub(last_early);
             u128::from(ctx.g.tensors[t as usize].bytes) * u128::from(span)
         })
@@ -128,7 +127,7 @@ impl Planner<'_> {
             let best = (options.into_iter())
                 .filter(|r| {
                     m.as_ref()
-                        .is_none_or(|m| r.clones.iter().all(|&v| m[v as usize]))
+                        .is_none_or(|m| r.clones().iter().all(|&v| m[v as usize]))
                 })
                 .max_by_key(|r| (freed_area(ctx, r), std::cmp::Reverse(r.trigger)));
             let Some(r) = best else { continue };
