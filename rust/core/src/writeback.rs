@@ -132,7 +132,8 @@ pub struct Written<'a> {
     pub swap_in: Vec<String>,
     /// Data input slots rewired.
     pub rewired: u64,
-    /// Every original node whose inputs changed, with its inputs before.
+    /// Every original node whose inputs changed, ascending, with its inputs
+    /// before.
     pub changed: Vec<(u32, Vec<&'a str>)>,
     /// Reads each original tensor lost to rewiring and gained from copies.
     pub lost: Vec<(String, u64)>,
@@ -483,7 +484,6 @@ struct State<'i, 'a> {
     target: &'i Target,
     parsed: FxHashMap<u32, Node<'a>>,
     changed: FxHashMap<u32, Changed<'a>>,
-    changed_order: Vec<u32>,
     added: FxHashSet<String>,
     new_nodes: Vec<u8>,
     /// The node add_copy writes, reused.
@@ -539,7 +539,6 @@ impl<'i, 'a> State<'i, 'a> {
         if !self.changed.contains_key(&i) {
             let original = self.node(i)?.inputs();
             let now = original.iter().map(|&t| Cow::Borrowed(t)).collect();
-            self.changed_order.push(i);
             return Ok(self.changed.entry(i).or_insert(Changed {
                 original,
                 now,
@@ -855,7 +854,7 @@ impl<'i, 'a> State<'i, 'a> {
         let mut splices = Vec::with_capacity(order.len());
         let mut bodies = Vec::new();
         let mut body = Vec::new();
-        for i in order {
+        for &i in &order {
             let node = self.index.nodes[i as usize];
             let start = node.as_ptr() as usize - bytes.as_ptr() as usize;
             // The field's key and length (as written, canonical or not) come before it.
@@ -875,10 +874,8 @@ impl<'i, 'a> State<'i, 'a> {
         };
         self.out.nodes = self.index.len();
         let changed = &mut self.changed;
-        self.out.changed = self
-            .changed_order
-            .iter()
-            .map(|&i| (i, changed.remove(&i).expect("recorded").original))
+        self.out.changed = (order.into_iter())
+            .map(|i| (i, changed.remove(&i).expect("recorded").original))
             .collect();
         // FxHash is not seeded: the order is the same on every run.
         self.out.lost = self.lost.into_iter().collect();
@@ -1057,7 +1054,6 @@ pub fn write<'a>(
         target,
         parsed: FxHashMap::with_capacity_and_hasher(2 * n + ins + readers, Default::default()),
         changed: FxHashMap::with_capacity_and_hasher(n + readers, Default::default()),
-        changed_order: Vec::with_capacity(n + readers),
         added: FxHashSet::with_capacity_and_hasher(n + ins, Default::default()),
         new_nodes: Vec::with_capacity(swaps.len() * 3 * 160),
         scratch: Vec::new(),

@@ -1018,7 +1018,7 @@ fn write_swaps<'py>(
 }
 
 /// The changed nodes' inputs before, for Python to read on demand
-/// (`rewriting._Writer.took_swaps`): node ids ascending; per node, where its
+/// (`rewriting._Writer.took_swaps`): node ids ascending (as `Written::changed` lists them); per node, where its
 /// inputs begin among all of them (one entry more, the end); per input,
 /// where it begins in one string, in characters (one entry more); the
 /// string. Four objects instead of a list and a `str` per input (at 64,000
@@ -1030,8 +1030,7 @@ type PackedInputs<'py> = (
     String,
 );
 
-fn packed_inputs<'py>(py: Python<'py>, mut changed: Vec<(u32, Vec<&str>)>) -> PackedInputs<'py> {
-    changed.sort_unstable_by_key(|c| c.0);
+fn packed_inputs<'py>(py: Python<'py>, changed: Vec<(u32, Vec<&str>)>) -> PackedInputs<'py> {
     let mut ids = Vec::with_capacity(changed.len());
     let mut first = Vec::with_capacity(changed.len() + 1);
     let mut bounds = vec![0u64];

@@ -278,19 +278,15 @@ pub struct RecomputeOpt {
 }
 
 impl RecomputeOpt {
-    /// The option of `clones` (schedule order) for the late readers
-    /// `consumers` (sorted), reading `inputs` from outside, freeing `saved`.
-    #[allow(clippy::too_many_arguments)]
-    pub fn new(
-        unit: usize,
+    /// The `lists` and `ends` of an option of `clones` (schedule order)
+    /// for the late readers `consumers` (sorted), reading `inputs` from
+    /// outside, freeing `saved`.
+    fn pack(
         clones: &[u32],
-        saved: impl ExactSizeIterator<Item = (u32, u32)>,
         consumers: &[u32],
-        trigger: u32,
         inputs: &[u32],
-        costs: (f64, u64, u64, u64),
-    ) -> Self {
-        let (time_s, bytes, transient, extended) = costs;
+        saved: impl ExactSizeIterator<Item = (u32, u32)>,
+    ) -> (Box<[u32]>, [u32; 3]) {
         let mut lists =
             Vec::with_capacity(clones.len() + consumers.len() + inputs.len() + 2 * saved.len());
         let mut ends = [0u32; 3];
@@ -301,16 +297,7 @@ impl RecomputeOpt {
         for (t, last_early) in saved {
             lists.extend_from_slice(&[t, last_early]);
         }
-        RecomputeOpt {
-            unit,
-            lists: lists.into_boxed_slice(),
-            ends,
-            trigger,
-            time_s,
-            bytes,
-            transient,
-            extended,
-        }
+        (lists.into_boxed_slice(), ends)
     }
 
     /// Nodes to clone, schedule order.
@@ -810,17 +797,18 @@ fn finish_grown(
             .any(|&t| clones.contains(&ctx.producer[t as usize]))),
         "unit {unit}: a late reader reads no output of the clones"
     );
-    let time_s = clones.iter().map(|&v| ctx.op_time[v as usize]).sum();
-    let bytes = set.iter().map(cand).map(|c| c.bytes).sum();
-    Some(RecomputeOpt::new(
+    let saved = set.iter().map(cand).map(|c| (c.owner, c.last_early));
+    let (lists, ends) = RecomputeOpt::pack(clones, consumers, inputs, saved);
+    Some(RecomputeOpt {
         unit,
-        clones,
-        set.iter().map(cand).map(|c| (c.owner, c.last_early)),
-        consumers,
+        lists,
+        ends,
         trigger,
-        inputs,
-        (time_s, bytes, transient, extended),
-    ))
+        time_s: clones.iter().map(|&v| ctx.op_time[v as usize]).sum(),
+        bytes: set.iter().map(cand).map(|c| c.bytes).sum(),
+        transient,
+        extended,
+    })
 }
 
 #[cfg(test)]

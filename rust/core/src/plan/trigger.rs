@@ -32,10 +32,10 @@
 //! input is checked from the shorter side, its readers (binary search in the
 //! sorted consumers) or the consumers' inputs (hashed once, O(K), only when
 //! some input has more than `K` readers; `K` itself is counted, O(k), only
-//! when some input has more readers than there are consumers). So one op reading O(N) tensors (a
-//! gradient `IdentityN`) among the consumers, or one tensor read O(N) times
-//! (a learning rate) read by a walked op, costs O(N) only in a call where
-//! both meet, not in every call.
+//! when some input has more readers than there are consumers). So one op
+//! reading O(N) tensors (a gradient `IdentityN`) among the consumers, or one
+//! tensor read O(N) times (a learning rate) read by a walked op, costs O(N)
+//! only in a call where both meet, not in every call.
 
 use rustc_hash::FxHashSet;
 
