@@ -14,6 +14,7 @@ reads a NodeDef's attributes by key.
 from __future__ import annotations
 
 import copy
+import pickle
 
 import pytest
 from tensorflow.core.framework import graph_pb2
@@ -107,3 +108,42 @@ def test_rewrite_of_non_ascii_names_equals_the_writer_before():
     plan = dict(hybridplan.plan(data, int(peak * 0.5), strategy="hybrid-paper").report)
     assert plan["swaps"] and plan["recomputes"]
     _same(data, plan, "cpu-emulation")
+
+
+@pytest.mark.parametrize(("kind", "n", "strategy", "fraction", "target"), CASES)
+def test_a_plan_is_written_from_the_core_as_from_its_report(kind, n, strategy, fraction, target):
+    # A Plan whose report nobody has read is written from the core's decisions
+    # (``write_swaps`` takes the ``CorePlan``, the recomputes come from ``CorePlan.rest``):
+    # the same graph, byte for byte, as writing its report's dicts.
+    data = hybridplan.testing.synthetic_graphdef(n, kind)
+    peak = hybridplan.analyze(data).peak_bytes
+    p = hybridplan.plan(data, int(peak * fraction), strategy=strategy)
+    assert p._planned() is not None and not p.is_empty
+    from_core = rewrite_with_summary(data, p, target)
+    assert p._planned() is not None  # the rewrite did not build the report
+    report = copy.deepcopy(p.report)
+    assert p._planned() is None  # handed out: from now on the report is the plan
+    from_dict = rewrite_with_summary(data, report, target)
+    det = from_dict.graph_def.SerializeToString(deterministic=True)
+    assert from_core.graph_def.SerializeToString(deterministic=True) == det
+    assert vars(from_core.summary) == vars(from_dict.summary)
+    assert from_core.summary.counts["swap_out"] == len(report["swaps"])
+
+
+def test_a_read_report_is_the_plan_the_rewrite_writes():
+    data = hybridplan.testing.synthetic_graphdef(10_000, "narrow")
+    p = hybridplan.plan(data, hybridplan.analyze(data).peak_bytes // 2)
+    assert len(p.swaps) > 1  # reads the report
+    p.report["swaps"] = p.report["swaps"][:1]  # the caller's edit is what is written
+    assert rewrite_with_summary(data, p).summary.counts["swap_out"] == 1
+
+
+def test_apply_reports_without_building_the_report_first():
+    data = hybridplan.testing.synthetic_graphdef(10_000, "narrow")
+    r = hybridplan.apply(data, hybridplan.analyze(data).peak_bytes // 2)
+    assert r.plan._planned() is not None  # planned, written, report not built
+    assert r.report["inserted"] == r.summary.counts
+    assert r.report["inserted"]["swap_out"] == len(r.report["swaps"]) > 0
+    assert {k: v for k, v in r.report.items() if k != "inserted"} == r.plan.report
+    again = pickle.loads(pickle.dumps(r.plan))  # the core's answer does not pickle
+    assert again.report == r.plan.report and again._planned() is None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -21,14 +22,20 @@ class Result:
         graph_def: the rewritten ``GraphDef`` (a new object; the input is untouched).
         plan: the :class:`~hybridplan.planning.Plan` it implements.
         report: predicted figures before and after, the decisions, and what
-            the rewrite inserted (``report["inserted"]``).
+            the rewrite inserted (``report["inserted"]``): the plan's report with
+            ``added``, made when first read (as :attr:`Plan.report` is).
         summary: the rewrite's :class:`~hybridplan.rewriting.RewriteSummary`.
+        added: what ``report`` adds to the plan's report (``inserted``, ``note``).
     """
 
     graph_def: Any
     plan: Plan
-    report: dict
     summary: Any
+    added: dict
+
+    @functools.cached_property
+    def report(self) -> dict:
+        return {**self.plan.report, **self.added}
 
 
 def apply(
@@ -78,16 +85,16 @@ def apply(
         profile=profile,
         **plan_options,
     )
-    report = dict(p.report)
     if p.is_empty:
-        report["inserted"] = {"swap_out": 0, "swap_in": 0, "clones": 0}
-        report["note"] = "the step already fits the budget: nothing to plan, graph unchanged"
-        return Result(graph_pb2.GraphDef.FromString(data), p, report, None)
+        added = {
+            "inserted": {"swap_out": 0, "swap_in": 0, "clones": 0},
+            "note": "the step already fits the budget: nothing to plan, graph unchanged",
+        }
+        return Result(graph_pb2.GraphDef.FromString(data), p, None, added)
     # The bytes go to the rewrite, which parses them once and edits that copy: no other
     # parsed copy of the graph is made (at 10^6 nodes each costs about a GiB).
     out = rewrite_plan(given, p, target)
-    report["inserted"] = out.summary.counts
-    return Result(out.graph_def, p, report, out.summary)
+    return Result(out.graph_def, p, out.summary, {"inserted": out.summary.counts})
 
 
 def rewrite_plan(source: Any, p: Plan, target: str = "gpu") -> Any:
@@ -109,7 +116,7 @@ def rewrite_plan(source: Any, p: Plan, target: str = "gpu") -> Any:
     from .rewriting import rewrite_with_summary
 
     try:
-        return rewrite_with_summary(source, p.report, target=target)
+        return rewrite_with_summary(source, p, target=target)
     except (InvalidArgumentError, UnsupportedGraphError) as e:
         problem = tensorflow_rejects(source)
         if problem is None:

@@ -229,14 +229,48 @@ class Plan:
     and ``recomputes`` list the decisions with tensor names, bytes, trigger ops and
     reasons; ``original`` and ``planned`` are the report's figures as they are
     (``Figures`` of the plan schema: a dict, ``plan.planned["peak_bytes"]``).
+
+    A plan made by :func:`plan` holds the core's answer and builds ``report`` (a
+    dict of every decision, millions of objects at 10^6 nodes) when it is first
+    read. Until then :func:`hybridplan.rewrite` and :func:`hybridplan.apply` take
+    the decisions from the core as planned; once ``report`` has been handed out,
+    they take it as it then is (the caller may have edited it).
     """
 
     def __init__(
-        self, report: PlanReport, timelines: tuple | None = None, events: tuple | None = None
+        self,
+        report: PlanReport | None = None,
+        timelines: tuple | None = None,
+        events: tuple | None = None,
+        *,
+        core: Any = None,
     ):
-        self.report = report
+        if report is None and core is None:
+            raise InvalidArgumentError("a Plan needs its report")
+        self._report = report
+        self._core = core
         self._timelines = timelines
         self._events = events
+
+    @property
+    def report(self) -> PlanReport:
+        if self._report is None:
+            with gc_paused():  # 10^5 decisions are millions of objects, no cycles
+                self._report = self._core.report()
+        return self._report
+
+    @report.setter
+    def report(self, report: PlanReport) -> None:
+        self._report = report
+
+    def _planned(self) -> Any:
+        """The core's plan (``_core.CorePlan``) when ``report`` was never handed out, so
+        that the decisions are exactly as planned; else None."""
+        return self._core if self._report is None else None
+
+    def __getstate__(self) -> dict:
+        # The core's answer does not pickle: its report does.
+        return {**self.__dict__, "_report": self.report, "_core": None}
 
     @property
     def strategy(self) -> str:
@@ -309,6 +343,9 @@ class Plan:
     @property
     def is_empty(self) -> bool:
         """Nothing to write: no swap, no recompute, no loop accumulator kept on the host."""
+        planned = self._planned()
+        if planned is not None:
+            return not any(planned.counts())
         return not self.swaps and not self.recomputes and not self.hosted_accumulators
 
     @property
@@ -540,9 +577,7 @@ def plan(
         "host_budget": host,
     }
     core = _core.plan(source, nbytes, **options, **build)
-    with gc_paused():  # the report of 10^5 decisions is millions of objects, no cycles
-        report = core.report()
-    return Plan(report, (core.timeline(0), core.timeline(1)), core.events())
+    return Plan(None, (core.timeline(0), core.timeline(1)), core.events(), core=core)
 
 
 def _source(

@@ -278,19 +278,28 @@ def rewrite_with_summary(
             f"graph_def must be a tf GraphDef or its serialized bytes, got "
             f"{type(graph_def).__name__}"
         )
-    plan = _args.rewrite_spec(getattr(plan, "report", plan))
+    planned = plan._planned() if hasattr(plan, "_planned") else None
     with gc_paused():
-        return _rewrite(graph_def, plan, target, device, host, prefix)
+        if planned is not None:  # a Plan whose report nobody has read: as planned
+            swaps = planned if planned.counts()[0] else None
+            return _rewrite(graph_def, swaps, planned.rest(), target, device, host, prefix)
+        plan = _args.rewrite_spec(getattr(plan, "report", plan))
+        swaps = list(plan.get("swaps", ())) or None
+        return _rewrite(graph_def, swaps, plan, target, device, host, prefix)
 
 
 def _rewrite(
     graph_def: Any,
+    swaps: Any,
     plan: Mapping[str, Any],
     target: str,
     device: str | None,
     host: str | None,
     prefix: str,
 ) -> Rewritten:
+    """``swaps``: the plan's swap dicts, or the core's plan (``_core.CorePlan``, whose
+    swaps ``write_swaps`` takes as planned), None when none; ``plan``: the rest of the
+    plan (its ``recomputes`` and ``hosted_accumulators``)."""
     from tensorflow.core.framework import graph_pb2
 
     spec = TARGETS[target]
@@ -305,9 +314,8 @@ def _rewrite(
     else:
         origin = inlined(graph_def)
         data = None
-    swaps = list(plan.get("swaps", ()))
     written = None
-    if swaps:  # the core writes the swaps into the bytes (rust/core/src/writeback.rs)
+    if swaps is not None:  # the core writes the swaps into the bytes (rust/core/src/writeback.rs)
         if data is None:
             data = origin.SerializeToString()
         written = _core.write_swaps(

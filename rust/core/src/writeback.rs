@@ -80,6 +80,31 @@ pub struct Swap {
     pub ins: Vec<SwapIn>,
 }
 
+impl From<&crate::schema::SwapDecision> for Swap {
+    /// The swap a planned decision writes: the fields the glue reads from the
+    /// decision's dict (`plan_swaps`), taken from the decision itself.
+    fn from(d: &crate::schema::SwapDecision) -> Self {
+        let ix = |v: u32| Ix::Int(i64::from(v));
+        let ixs = |v: &[u32]| v.iter().map(|&x| ix(x)).collect();
+        Swap {
+            node: ix(d.node),
+            output: i64::from(d.output),
+            after: Some(ix(d.after)),
+            gate: d.gate.as_ref().map(|g| ix(g.node)),
+            ins: d
+                .ins
+                .iter()
+                .map(|i| SwapIn {
+                    trigger: ix(i.trigger),
+                    follows: i.follows,
+                    consumers: ixs(&i.consumers),
+                    clone_consumers: ixs(&i.clone_consumers),
+                })
+                .collect(),
+        }
+    }
+}
+
 /// One output argument of an op's signature (TensorFlow's `OpDef.ArgDef`).
 #[derive(Debug, Clone, Default)]
 pub struct OutArg {

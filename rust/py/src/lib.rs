@@ -421,6 +421,13 @@ impl<'a> Source<'a> {
 #[pyclass(module = "hybridplan._core", frozen)]
 struct CorePlan {
     report_json: String,
+    /// The plan's swaps as the write-back takes them (`write_swaps` given this plan).
+    swaps: Vec<core::writeback::Swap>,
+    /// What the Python writer reads besides the swaps, JSON: `{"recomputes": [..],
+    /// "hosted_accumulators": [..]}` of the report.
+    rest_json: String,
+    /// Swaps, recomputes, hosted accumulators.
+    counts: (usize, usize, usize),
     timelines: [(Vec<f64>, Vec<u64>); 2],
     /// Planned step's stream events: kind (0 op, 1 clone, 2 swap-out, 3 swap-in), start, end.
     events: (Vec<u8>, Vec<f64>, Vec<f64>),
@@ -437,6 +444,15 @@ impl CorePlan {
     fn report<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
         py.import("json")?
             .call_method1("loads", (&self.report_json,))
+    }
+    /// The numbers of swaps, recomputes and hosted loop accumulators.
+    fn counts(&self) -> (usize, usize, usize) {
+        self.counts
+    }
+    /// The report's `recomputes` and `hosted_accumulators` as a dict: what the
+    /// rewrite reads besides the swaps, which `write_swaps` takes from this plan.
+    fn rest<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        py.import("json")?.call_method1("loads", (&self.rest_json,))
     }
     /// (times in s, bytes in use) of the original (`which=0`) or planned (`which=1`) step.
     /// Stream events of the planned step: (kind, start s, end s) arrays.
@@ -499,8 +515,20 @@ impl CorePlan {
         planned: &core::simulate::SimResult,
     ) -> core::Result<Self> {
         report.workspace = workspace;
+        let rest_json = format!(
+            r#"{{"recomputes":{},"hosted_accumulators":{}}}"#,
+            serde_json::to_string(&report.recomputes).map_err(json_error)?,
+            serde_json::to_string(&report.hosted_accumulators).map_err(json_error)?,
+        );
         Ok(CorePlan {
             report_json: serde_json::to_string(&report).map_err(json_error)?,
+            swaps: report.swaps.iter().map(Into::into).collect(),
+            rest_json,
+            counts: (
+                report.swaps.len(),
+                report.recomputes.len(),
+                report.hosted_accumulators.len(),
+            ),
             timelines: [
                 split_timeline(&original.timeline),
                 split_timeline(&planned.timeline),
@@ -952,7 +980,8 @@ fn op_sig(v: &Bound<'_, PyAny>) -> PyResult<Option<core::writeback::OpSig>> {
 }
 
 /// Writes a plan's swaps into the serialized GraphDef `data`
-/// (`core::writeback::write`); `sig_of(op)` gives the signature of each op
+/// (`core::writeback::write`): `swaps` is the plan schema's list of swap dicts,
+/// or a `CorePlan`, whose swaps are taken as planned; `sig_of(op)` gives the signature of each op
 /// the swaps name (see `op_sig`). Returns the new graph's bytes and what the
 /// Python writer needs: (bytes, nodes, swap_out, swap_in, rewired, changed,
 /// lost, gained, redirects).
@@ -981,9 +1010,16 @@ fn write_swaps<'py>(
     Vec<(u32, String, String, String)>,
 )> {
     use core::writeback::{self as wb, NodeIndex, Target};
-    let swaps = plan_swaps(swaps)?;
+    let given;
+    let swaps: &[wb::Swap] = match swaps.cast::<CorePlan>() {
+        Ok(planned) => &planned.get().swaps,
+        Err(_) => {
+            given = plan_swaps(swaps)?;
+            &given
+        }
+    };
     let index = run(py, || NodeIndex::new(data))?;
-    let ops = run(py, || wb::ops_needed(&index, &swaps))?;
+    let ops = run(py, || wb::ops_needed(&index, swaps))?;
     let mut sigs = wb::Sigs::default();
     for op in ops {
         if let Some(sig) = op_sig(&sig_of.call1((op.as_str(),))?)? {
@@ -998,7 +1034,7 @@ fn write_swaps<'py>(
         pin_consumers,
         prefix,
     };
-    let w = run(py, || wb::write(&index, &swaps, &sigs, &target))?;
+    let w = run(py, || wb::write(&index, swaps, &sigs, &target))?;
     let graph = pyo3::types::PyBytes::new_with(py, w.graph.len(), |buf| {
         w.graph.write_to(buf);
         Ok(())
