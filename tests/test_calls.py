@@ -16,6 +16,7 @@ import pytest
 import tensorflow as tf
 
 import hybridplan
+from hybridplan._graphio import graph_source
 from hybridplan.inlining import CALL_OPS, inline_calls
 from hybridplan.trialing import same_bits, side_by_side
 
@@ -80,6 +81,8 @@ def test_nested_calls_plan_from_the_graphdef_and_run_bit_identical():
     assert len(_calls(gd)) >= 3  # forward call, the nested call inside it, gradient call
     before = gd.SerializeToString(deterministic=True)
     data = gd.SerializeToString()  # what a pipeline receives: bytes, not a function
+    # Calls inlined: their bodies may hold control flow, looked for in the inlined bytes.
+    assert graph_source(data).control_flow is None
 
     a = hybridplan.analyze(data)
     budget = a.persistent_bytes + int(a.activation_peak_bytes * 0.7)

@@ -17,7 +17,9 @@ import pytest
 import tensorflow as tf
 
 import hybridplan
+import hybridplan.testing
 from hybridplan import trial
+from hybridplan._graphio import graph_source
 from hybridplan.controlflow import IF_OPS, body_memory
 from hybridplan.models import from_keras
 
@@ -79,6 +81,9 @@ def test_if_memory_is_its_branches():
     branches return in them; each node's scratch is its larger branch's."""
     gd = _workload().trace().graph_def
     stated = {name: (scratch, held) for name, scratch, held in body_memory(gd.SerializeToString())}
+    # One walk of the bytes finds the calls (none here) and the control flow.
+    assert graph_source(gd).control_flow is True
+    assert graph_source(hybridplan.testing.synthetic_graphdef(1000)).control_flow is False
     ifs = [n for n in gd.node if n.op in IF_OPS]
     assert set(stated) == {n.name for n in ifs}  # every If stated: none refused
     for n in ifs:

@@ -7,10 +7,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from . import _core
+from .controlflow import IF_OPS, WHILE_OPS
 from .errors import InvalidArgumentError, InvalidGraphError
-from .inlining import maybe_inline
+from .inlining import CALL_OPS, maybe_inline
 
-__all__ = ["GraphLike", "Inlined", "graph_bytes"]
+__all__ = ["GraphLike", "Inlined", "graph_bytes", "graph_source"]
 
 GraphLike = Any  # GraphDef | bytes | str | os.PathLike | Traced | Inlined
 
@@ -27,6 +29,21 @@ class Inlined:
 
     data: bytes
     loss: str | None = None
+    #: Whether a node of the graph may be an ``If`` or ``While`` (``controlflow``), found
+    #: in the same walk of the bytes as the calls; None: not looked for.
+    control_flow: bool | None = None
+
+
+def graph_source(graph: GraphLike) -> Inlined:
+    """:func:`graph_bytes`, and whether the graph may have a control-flow node, from the
+    same walk of the bytes (``_core.has_node_ops``) when it has no call to inline."""
+    if isinstance(graph, Inlined):
+        return graph
+    data, loss = _raw_bytes(graph)
+    calls, control_flow = _core.has_node_ops(data, [list(CALL_OPS), [*IF_OPS, *WHILE_OPS]])
+    if calls:  # inlined bodies may hold control flow: looked for again (body_memory)
+        return Inlined(maybe_inline(data), loss)
+    return Inlined(data, loss, control_flow)
 
 
 def graph_bytes(graph: GraphLike) -> tuple[bytes, str | None]:

@@ -11,7 +11,7 @@ import numpy as np
 
 from . import _args, _core
 from ._backend import workspace_rule
-from ._graphio import GraphLike, graph_bytes
+from ._graphio import GraphLike, graph_source
 from .accumulators import statements
 from .controlflow import body_memory
 from .errors import InvalidArgumentError
@@ -234,13 +234,14 @@ def analyze(
     persistent_bytes = _args.optional_count(persistent_bytes, "persistent_bytes")
     separate_buffers = _args.flag(separate_buffers, "separate_buffers")
     dev = None if device is None else _device_args(device)[2]
-    data, traced_loss = graph_bytes(graph)
+    given = graph_source(graph)
+    data = given.data
     rule = workspace_rule(workspace, dev)
-    bodies = body_memory(data, rule)
+    bodies = body_memory(data, rule, given.control_flow)
     return Analysis(
         _core.analyze(
             data,
-            loss=loss or traced_loss,
+            loss=loss or given.loss,
             persistent_bytes=persistent_bytes,
             separate_buffers=separate_buffers,
             workspace=rule,

@@ -8,7 +8,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from ._graphio import GraphLike, Inlined, graph_bytes
+from ._graphio import GraphLike, graph_source
 from .planning import Plan, plan
 
 __all__ = ["PlannedStep", "Result", "apply", "function", "keras_step", "rewrite_plan"]
@@ -72,9 +72,9 @@ def apply(
     """
     from tensorflow.core.framework import graph_pb2
 
-    data, traced_loss = graph_bytes(graph_def)
     # Inlined: plan and the rewrite take the bytes as they are, without scanning them again.
-    given = Inlined(data, traced_loss)
+    given = graph_source(graph_def)
+    data, traced_loss = given.data, given.loss
     p = plan(
         given,
         budget,

@@ -98,17 +98,22 @@ _VARIANT = next(code for code, name, _, _ in _core.dtypes() if name == "variant"
 Body = tuple[str, int, list[tuple[int, int, int, list[int], int]]]
 
 
-def body_memory(data: bytes, workspace: str | None = None) -> list[Body]:
+def body_memory(
+    data: bytes, workspace: str | None = None, control_flow: bool | None = None
+) -> list[Body]:
     """The stated memory of every ``If`` / ``StatelessIf`` / ``While`` /
     ``StatelessWhile`` node (and ``TensorListFromTensor``) of a serialized GraphDef.
 
     Returns ``[(node name, scratch bytes, [(output, branch, dtype, dims, count)])]``,
     sorted by name; empty (and TensorFlow not imported) when the graph holds no such
     node, and without TensorFlow. ``workspace`` is the core's workspace rule for the
-    branch bodies' kernels.
+    branch bodies' kernels. ``control_flow``: whether ``data`` may hold such a node, when
+    the caller knows (``_graphio.graph_source``); None: looked for here.
     """
-    # The core reads the nodes' op fields only (opscan.rs): no parse without such a node.
-    if not _core.has_node_op(data, [*IF_OPS, *WHILE_OPS]):
+    if control_flow is None:
+        # The core reads the nodes' op fields only (opscan.rs): no parse without such a node.
+        control_flow = _core.has_node_op(data, [*IF_OPS, *WHILE_OPS])
+    if not control_flow:
         return []
     try:
         from tensorflow.core.framework import graph_pb2

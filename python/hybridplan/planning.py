@@ -14,7 +14,7 @@ from . import _args, _core
 from ._args import parse_bytes
 from ._backend import workspace_rule
 from ._gc import gc_paused
-from ._graphio import GraphLike, graph_bytes
+from ._graphio import GraphLike, graph_source
 from .accumulators import statements
 from .controlflow import body_memory
 from .errors import BudgetError, InvalidArgumentError
@@ -614,11 +614,12 @@ def _source(
                 "hybridplan.analyze instead"
             )
         return graph._core, {}
-    data, traced_loss = graph_bytes(graph)
+    given = graph_source(graph)
+    data = given.data
     rule = workspace_rule(workspace, dev)
-    bodies = body_memory(data, rule)
+    bodies = body_memory(data, rule, given.control_flow)
     return data, {
-        "loss": loss or traced_loss,
+        "loss": loss or given.loss,
         "persistent_bytes": persistent_bytes,
         "separate_buffers": separate_buffers,
         "workspace": rule,

@@ -35,24 +35,42 @@ use crate::wire::{Scan, Scanned, LEN};
 /// ```
 #[must_use]
 pub fn has_node_op(bytes: &[u8], ops: &[&str]) -> bool {
-    scan(bytes, ops).unwrap_or(true)
+    has_node_ops(bytes, &[ops])[0]
 }
 
-fn scan(bytes: &[u8], ops: &[&str]) -> Scanned<bool> {
+/// For each group of op types, whether some node of the serialized
+/// `GraphDef` `bytes` has one of them, in one walk that stops once every
+/// group is found (every answer `true` when the bytes are not a readable
+/// `GraphDef`).
+#[must_use]
+pub fn has_node_ops(bytes: &[u8], groups: &[&[&str]]) -> Vec<bool> {
+    let mut found = vec![false; groups.len()];
+    if scan(bytes, groups, &mut found).is_err() {
+        found.fill(true);
+    }
+    found
+}
+
+fn scan(bytes: &[u8], groups: &[&[&str]], found: &mut [bool]) -> Scanned<()> {
+    let mut left = groups.len();
     let mut g = Scan::new(bytes);
-    while !g.at_end() {
+    while left > 0 && !g.at_end() {
         let (field, wire) = g.key()?;
         if field == 1 && wire == LEN {
-            if let Some(op) = node_op(g.bytes()?)? {
-                if ops.iter().any(|o| o.as_bytes() == op) {
-                    return Ok(true);
+            let Some(op) = node_op(g.bytes()?)? else {
+                continue;
+            };
+            for (ops, f) in groups.iter().zip(found.iter_mut()) {
+                if !*f && ops.iter().any(|o| o.as_bytes() == op) {
+                    *f = true;
+                    left -= 1;
                 }
             }
         } else {
             g.skip(wire)?;
         }
     }
-    Ok(false)
+    Ok(())
 }
 
 /// The `op` of a serialized `NodeDef` (the last one, as protobuf reads a
@@ -73,7 +91,7 @@ fn node_op(node: &[u8]) -> Scanned<Option<&[u8]>> {
 
 #[cfg(test)]
 mod tests {
-    use super::has_node_op;
+    use super::{has_node_op, has_node_ops};
     use crate::wire::Writer;
 
     fn node(name: &str, op: &str) -> Vec<u8> {
@@ -100,6 +118,19 @@ mod tests {
         assert!(!has_node_op(&g, &["While", "StatelessIf"])); // a name is not an op
         assert!(!has_node_op(&graph(&[]), &["If"]));
         assert!(!has_node_op(&g, &[]));
+    }
+
+    #[test]
+    fn answers_each_group_in_one_walk() {
+        let g = graph(&[node("a", "Relu"), node("b", "If"), node("c", "Relu")]);
+        let groups: [&[&str]; 4] = [&["While"], &["If", "While"], &[], &["Relu"]];
+        assert_eq!(has_node_ops(&g, &groups), [false, true, false, true]);
+        for (i, ops) in groups.iter().enumerate() {
+            assert_eq!(has_node_op(&g, ops), has_node_ops(&g, &groups)[i]);
+        }
+        assert_eq!(has_node_ops(&g, &[]), Vec::<bool>::new());
+        // Unreadable after a group was found: every group true.
+        assert_eq!(has_node_ops(&g[..g.len() - 1], &groups), [true; 4]);
     }
 
     #[test]

@@ -846,6 +846,21 @@ fn has_node_op(py: Python<'_>, data: &[u8], ops: Vec<String>) -> PyResult<bool> 
     })
 }
 
+/// For each group of op types, whether some node of the serialized GraphDef
+/// `data` has one of them (`core::opscan::has_node_ops`: one walk of the bytes;
+/// all true for bytes it cannot read).
+#[pyfunction]
+fn has_node_ops(py: Python<'_>, data: &[u8], groups: Vec<Vec<String>>) -> PyResult<Vec<bool>> {
+    run(py, move || {
+        let groups: Vec<Vec<&str>> = groups
+            .iter()
+            .map(|g| g.iter().map(String::as_str).collect())
+            .collect();
+        let groups: Vec<&[&str]> = groups.iter().map(Vec::as_slice).collect();
+        Ok(core::opscan::has_node_ops(data, &groups))
+    })
+}
+
 /// A node index of a hand-written or saved plan, as the Python writer takes
 /// it (`_Writer.index`): anything `int()` takes; else its `repr`.
 fn plan_index(v: &Bound<'_, PyAny>) -> core::writeback::Ix {
@@ -1131,6 +1146,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(op_facts, m)?)?;
     m.add_function(wrap_pyfunction!(function_call_ops, m)?)?;
     m.add_function(wrap_pyfunction!(has_node_op, m)?)?;
+    m.add_function(wrap_pyfunction!(has_node_ops, m)?)?;
     m.add_function(wrap_pyfunction!(op_table, m)?)?;
     m.add_function(wrap_pyfunction!(load_plan, m)?)?;
     m.add_function(wrap_pyfunction!(write_swaps, m)?)?;
