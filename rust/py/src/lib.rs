@@ -420,14 +420,11 @@ impl<'a> Source<'a> {
 /// predicted timelines.
 #[pyclass(module = "hybridplan._core", frozen)]
 struct CorePlan {
-    report_json: String,
+    report: core::schema::PlanReport,
+    /// The report's JSON, written when first asked for.
+    report_json: std::sync::OnceLock<String>,
     /// The plan's swaps as the write-back takes them (`write_swaps` given this plan).
     swaps: Vec<core::writeback::Swap>,
-    /// What the Python writer reads besides the swaps, JSON: `{"recomputes": [..],
-    /// "hosted_accumulators": [..]}` of the report.
-    rest_json: String,
-    /// Swaps, recomputes, hosted accumulators.
-    counts: (usize, usize, usize),
     timelines: [(Vec<f64>, Vec<u64>); 2],
     /// Planned step's stream events: kind (0 op, 1 clone, 2 swap-out, 3 swap-in), start, end.
     events: (Vec<u8>, Vec<f64>, Vec<f64>),
@@ -437,22 +434,39 @@ struct CorePlan {
 impl CorePlan {
     /// The plan report (decisions, figures) as a JSON string.
     #[getter]
-    fn report_json(&self) -> &str {
-        &self.report_json
+    fn report_json(&self, py: Python<'_>) -> PyResult<&str> {
+        if let Some(json) = self.report_json.get() {
+            return Ok(json);
+        }
+        let json =
+            serde_json::to_string(&self.report).map_err(|e| errors::to_py(py, json_error(e)))?;
+        Ok(self.report_json.get_or_init(|| json))
     }
     /// The plan report as a dict of the plan schema (`PlanReport` in the stub).
     fn report<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
-        py.import("json")?
-            .call_method1("loads", (&self.report_json,))
+        let json = self.report_json(py)?;
+        py.import("json")?.call_method1("loads", (json,))
     }
     /// The numbers of swaps, recomputes and hosted loop accumulators.
     fn counts(&self) -> (usize, usize, usize) {
-        self.counts
+        let r = &self.report;
+        (
+            r.swaps.len(),
+            r.recomputes.len(),
+            r.hosted_accumulators.len(),
+        )
     }
     /// The report's `recomputes` and `hosted_accumulators` as a dict: what the
     /// rewrite reads besides the swaps, which `write_swaps` takes from this plan.
     fn rest<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
-        py.import("json")?.call_method1("loads", (&self.rest_json,))
+        let part =
+            |v: Result<String, serde_json::Error>| v.map_err(|e| errors::to_py(py, json_error(e)));
+        let json = format!(
+            r#"{{"recomputes":{},"hosted_accumulators":{}}}"#,
+            part(serde_json::to_string(&self.report.recomputes))?,
+            part(serde_json::to_string(&self.report.hosted_accumulators))?,
+        );
+        py.import("json")?.call_method1("loads", (json,))
     }
     /// (times in s, bytes in use) of the original (`which=0`) or planned (`which=1`) step.
     /// Stream events of the planned step: (kind, start s, end s) arrays.
@@ -507,34 +521,25 @@ fn split_timeline(tl: &[(f64, u64)]) -> (Vec<f64>, Vec<u64>) {
 }
 
 impl CorePlan {
-    /// The report, with the scratch rule planned with, and the simulations.
+    /// The report, with the scratch rule planned with, and the simulations
+    /// (the report's JSON is written when first asked for).
     fn of(
         mut report: core::schema::PlanReport,
         workspace: Option<String>,
         original: &core::simulate::SimResult,
         planned: &core::simulate::SimResult,
-    ) -> core::Result<Self> {
+    ) -> Self {
         report.workspace = workspace;
-        let rest_json = format!(
-            r#"{{"recomputes":{},"hosted_accumulators":{}}}"#,
-            serde_json::to_string(&report.recomputes).map_err(json_error)?,
-            serde_json::to_string(&report.hosted_accumulators).map_err(json_error)?,
-        );
-        Ok(CorePlan {
-            report_json: serde_json::to_string(&report).map_err(json_error)?,
+        CorePlan {
             swaps: report.swaps.iter().map(Into::into).collect(),
-            rest_json,
-            counts: (
-                report.swaps.len(),
-                report.recomputes.len(),
-                report.hosted_accumulators.len(),
-            ),
+            report,
+            report_json: std::sync::OnceLock::new(),
             timelines: [
                 split_timeline(&original.timeline),
                 split_timeline(&planned.timeline),
             ],
             events: split_events(&planned.events),
-        })
+        }
     }
 }
 
@@ -600,7 +605,7 @@ fn plan(
             ..PlanOptions::default()
         };
         let o = src.with(|a, dev, profile| core::api::plan_analysis(a, dev, &opts, profile))?;
-        CorePlan::of(o.report, workspace, &o.original, &o.planned)
+        Ok(CorePlan::of(o.report, workspace, &o.original, &o.planned))
     })
 }
 
@@ -730,7 +735,7 @@ fn simulate_plan(
         let e = src.with(|a, dev, profile| {
             core::export::evaluate(a, dev, &plan, profile, budget, &strategy)
         })?;
-        CorePlan::of(e.report, workspace, &e.original, &e.planned)
+        Ok(CorePlan::of(e.report, workspace, &e.original, &e.planned))
     })
 }
 
