@@ -246,7 +246,10 @@ class Plan:
         core: Any = None,
     ):
         if report is None and core is None:
-            raise InvalidArgumentError("a Plan needs its report")
+            raise InvalidArgumentError(
+                "a Plan needs its report (a dict of the plan schema): make one with "
+                "hybridplan.plan or read a saved one with Plan.load"
+            )
         self._report = report
         self._core = core
         self._timelines = timelines
@@ -261,6 +264,8 @@ class Plan:
 
     @report.setter
     def report(self, report: PlanReport) -> None:
+        if report is None:
+            raise InvalidArgumentError("a Plan's report cannot be None: give the plan schema")
         self._report = report
 
     def _planned(self) -> Any:
