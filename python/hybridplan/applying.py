@@ -2,16 +2,58 @@
 
 from __future__ import annotations
 
-import functools
 import os
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from ._gc import gc_paused
 from ._graphio import GraphLike, graph_source
 from .planning import Plan, plan
 
 __all__ = ["PlannedStep", "Result", "apply", "function", "keras_step", "rewrite_plan"]
+
+
+class _Deferred:
+    """A report ``apply`` leaves to its first reader: the written plan's report with what
+    the rewrite added. Built once, for every thread that asks."""
+
+    def __init__(self, plan: Plan, written: Any, added: dict):
+        self._plan, self._written, self._added = plan, written, added
+        self._lock = threading.Lock()
+        self._value: dict | None = None
+
+    def __call__(self) -> dict:
+        with self._lock:
+            if self._value is None:
+                if self._plan._planned() is self._written:  # its report still unread: shared
+                    base = self._plan.report
+                else:  # read, perhaps edited, since: the report of what was written
+                    with gc_paused():
+                        base = self._written.report()
+                self._value = {**base, **self._added}
+                self._plan = self._written = None
+            return self._value
+
+
+class _ReportField:
+    """``Result.report``: the dict given, or the one a :class:`_Deferred` builds when the
+    field is first read (then kept)."""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self._name = name
+
+    def __get__(self, obj: Any, owner: type | None = None) -> Any:
+        if obj is None:
+            raise AttributeError(self._name)  # a required field: no default
+        value = obj.__dict__[self._name]
+        if isinstance(value, _Deferred):
+            value = obj.__dict__[self._name] = value()
+        return value
+
+    def __set__(self, obj: Any, value: Any) -> None:
+        obj.__dict__[self._name] = value
 
 
 @dataclass(frozen=True)
@@ -22,20 +64,18 @@ class Result:
         graph_def: the rewritten ``GraphDef`` (a new object; the input is untouched).
         plan: the :class:`~hybridplan.planning.Plan` it implements.
         report: predicted figures before and after, the decisions, and what
-            the rewrite inserted (``report["inserted"]``): the plan's report with
-            ``added``, made when first read (as :attr:`Plan.report` is).
+            the rewrite inserted (``report["inserted"]``): the report of the plan as
+            written, made when first read (as :attr:`Plan.report` is).
         summary: the rewrite's :class:`~hybridplan.rewriting.RewriteSummary`.
-        added: what ``report`` adds to the plan's report (``inserted``, ``note``).
     """
 
     graph_def: Any
     plan: Plan
-    summary: Any
-    added: dict
+    report: dict = _ReportField()  # type: ignore[assignment]
+    summary: Any = None
 
-    @functools.cached_property
-    def report(self) -> dict:
-        return {**self.plan.report, **self.added}
+    def __getstate__(self) -> dict:
+        return {**self.__dict__, "report": self.report}
 
 
 def apply(
@@ -85,16 +125,26 @@ def apply(
         profile=profile,
         **plan_options,
     )
+    written = p._planned()  # the core's plan the rewrite writes, while the report is unread
     if p.is_empty:
         added = {
             "inserted": {"swap_out": 0, "swap_in": 0, "clones": 0},
             "note": "the step already fits the budget: nothing to plan, graph unchanged",
         }
-        return Result(graph_pb2.GraphDef.FromString(data), p, None, added)
+        return Result(graph_pb2.GraphDef.FromString(data), p, _report(p, written, added), None)
     # The bytes go to the rewrite, which parses them once and edits that copy: no other
     # parsed copy of the graph is made (at 10^6 nodes each costs about a GiB).
     out = rewrite_plan(given, p, target)
-    return Result(out.graph_def, p, out.summary, {"inserted": out.summary.counts})
+    report = _report(p, written, {"inserted": out.summary.counts})
+    return Result(out.graph_def, p, report, out.summary)
+
+
+def _report(p: Plan, written: Any, added: dict) -> Any:
+    """``Result.report``: deferred while the plan's report is unread (``written``, the
+    core's plan), else the report as it is now, with ``added``."""
+    if written is None:
+        return {**p.report, **added}
+    return _Deferred(p, written, added)
 
 
 def rewrite_plan(source: Any, p: Plan, target: str = "gpu") -> Any:

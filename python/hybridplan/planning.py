@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
@@ -254,19 +255,27 @@ class Plan:
         self._core = core
         self._timelines = timelines
         self._events = events
+        self._lock = threading.Lock()
 
     @property
     def report(self) -> PlanReport:
-        if self._report is None:
-            with gc_paused():  # 10^5 decisions are millions of objects, no cycles
-                self._report = self._core.report()
-        return self._report
+        report = self._report
+        if report is None:
+            with self._lock:  # one report for every thread that asks
+                if self._report is None:
+                    with gc_paused():  # 10^5 decisions are millions of objects, no cycles
+                        self._report = self._core.report()
+                    self._core = None  # the report is the plan from now on
+                report = self._report
+        return report
 
     @report.setter
     def report(self, report: PlanReport) -> None:
         if report is None:
             raise InvalidArgumentError("a Plan's report cannot be None: give the plan schema")
-        self._report = report
+        with self._lock:
+            self._report = report
+            self._core = None
 
     def _planned(self) -> Any:
         """The core's plan (``_core.CorePlan``) when ``report`` was never handed out, so
@@ -274,8 +283,20 @@ class Plan:
         return self._core if self._report is None else None
 
     def __getstate__(self) -> dict:
-        # The core's answer does not pickle: its report does.
-        return {**self.__dict__, "_report": self.report, "_core": None}
+        # The core's answer and the lock do not pickle: the report does.
+        report = self.report
+        state = {k: v for k, v in self.__dict__.items() if k not in ("_core", "_lock")}
+        return {**state, "_report": report}
+
+    def __setstate__(self, state: dict) -> None:
+        state = dict(state)
+        if "_report" not in state:  # pickled when the report was a plain attribute
+            state["_report"] = state.pop("report", None)
+        self.__dict__.update(state)
+        self.__dict__.setdefault("_timelines", None)
+        self.__dict__.setdefault("_events", None)
+        self._core = None
+        self._lock = threading.Lock()
 
     @property
     def strategy(self) -> str:
