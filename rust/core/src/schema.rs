@@ -220,7 +220,11 @@ pub struct PlanReport {
     pub unknown_ops: Vec<String>,
     /// Plans the simulator judged.
     pub evaluations: u32,
+    /// Swap options the planner built.
     pub swap_options: usize,
+    /// Recompute options the planner built: none for a strategy that needs
+    /// none (`swap`, `tflms`), nor for `hybrid` when its plan of swaps alone
+    /// is as fast as any plan can be (`plan/portfolio.rs`).
     pub recompute_options: usize,
     /// The host budget planned under (bytes; `u64::MAX`: none).
     pub host_budget: u64,

@@ -82,6 +82,28 @@ impl Planner<'_> {
         out
     }
 
+    /// `hybrid`'s first candidate: the budget loop on the swaps alone, on an
+    /// index of the swap options only (the same choices as on an index of
+    /// every option, `greedy::choose_indexed`), before any recompute option
+    /// is built. Its result is the loop on the swaps alone for the rest of
+    /// the request (`fit`).
+    pub(super) fn fit_swaps_first(&self) -> Option<Planned> {
+        self.chose_recompute.set(false);
+        let pool = Pool {
+            cands: &self.cands,
+            swaps: &self.swaps,
+            tensor_of_swap: &self.swap_tensor,
+            recomputes: &[],
+        };
+        let mut ix = Index::new(self.ctx, &pool, self.opts.lambda);
+        let mut out = self.fit_with(&pool, &mut ix, "hybrid", true);
+        if out.is_none() {
+            out = self.fit_with(&pool, &mut ix, "hybrid", false);
+        }
+        self.swap_only.set(Some(out.clone()));
+        out
+    }
+
     fn run_fit(&self, swap: bool, recs: Recs, who: &'static str) -> Option<Planned> {
         self.chose_recompute.set(false);
         let pool = Pool {
@@ -90,8 +112,8 @@ impl Planner<'_> {
             tensor_of_swap: if swap { &self.swap_tensor } else { &[] },
             recomputes: match recs {
                 Recs::None => &[],
-                Recs::Base => &self.recs[..self.base_recs],
-                Recs::All => &self.recs,
+                Recs::Base => &self.recs()[..self.base_recs()],
+                Recs::All => self.recs(),
             },
         };
         // One index serves every greedy run of both loops; `hybrid`, which
@@ -101,7 +123,7 @@ impl Planner<'_> {
                 let all = Pool {
                     swaps: &self.swaps,
                     tensor_of_swap: &self.swap_tensor,
-                    recomputes: &self.recs,
+                    recomputes: self.recs(),
                     ..pool
                 };
                 Index::new(self.ctx, &all, self.opts.lambda)

@@ -51,7 +51,7 @@ impl Planner<'_> {
             let mut swapped: FxHashSet<u32> = trial.swaps.iter().map(|s| owner(s.tensor)).collect();
             let mut unswap: FxHashSet<u32> = FxHashSet::default();
             for &r in group {
-                let rec = &self.recs[r];
+                let rec = &self.recs()[r];
                 let usable = rec
                     .inputs()
                     .iter()
@@ -120,7 +120,7 @@ impl Planner<'_> {
             })
             .collect();
         let mut scored: Vec<(u64, usize)> = Vec::new();
-        for (i, r) in self.recs[..self.base_recs].iter().enumerate() {
+        for (i, r) in self.recs()[..self.base_recs()].iter().enumerate() {
             let bytes: u64 = r.saved().filter_map(|(t, _)| swapped.get(&t)).sum();
             if bytes > 0 {
                 scored.push((bytes, i));

@@ -208,11 +208,9 @@ pub struct Planner<'a> {
     pub(super) cands: Vec<SwapCandidate>,
     pub(super) swaps: Vec<SwapOpt>,
     pub(super) swap_tensor: Vec<u32>,
-    /// The recompute options: those of forward units first (`base_recs`
-    /// of them), then, for `hybrid`, those rebuilding backward tensors
-    /// from small inputs (`rebuild.rs`).
-    pub(super) recs: Vec<RecomputeOpt>,
-    pub(super) base_recs: usize,
+    /// The recompute options ([`Planner::recs`], built on first use) and
+    /// how many of them are of forward units.
+    pub(super) recs_built: std::cell::OnceCell<(Vec<RecomputeOpt>, usize)>,
     pub(super) evals: std::cell::Cell<u32>,
     /// Every plan judged so far, with its verdict (`judge`).
     pub(super) judged: std::cell::RefCell<Vec<(Plan, SimResult)>>,
@@ -242,7 +240,8 @@ pub struct Planner<'a> {
 }
 
 impl<'a> Planner<'a> {
-    /// Builds every option once (only those the selection allows).
+    /// Builds the swap options (only those the selection allows); the
+    /// recompute options are built on first use ([`Planner::recs`]).
     /// `judge` simulates a plan; [`Detail::Summary`](crate::simulate::Detail::Summary)
     /// is all the planner reads (a richer answer is cut to it), and each
     /// result is kept (cloned) for the plans judged again. The whole answer
@@ -259,20 +258,6 @@ impl<'a> Planner<'a> {
         let cands = swap_candidates(ctx.g, ctx.s, ctx.l, opts.min_gap, opts.min_bytes);
         let (swaps, swap_tensor) = swap_options(ctx, &cands, selected.as_deref(), swap_option);
         let cuts = cut_segments(ctx.g, ctx.s, ctx.l, opts.min_bytes, Made::Plumbing);
-        let mut recs = recompute_options(ctx, &cands, &cuts);
-        let base_recs = recs.len();
-        // Only `hybrid` plans with the rebuilt tensors, and only on graphs
-        // small enough for its extra candidate plan (`hybrid`).
-        if opts.strategy == Strategy::Hybrid && ctx.g.num_nodes() <= opts.grid_max_nodes {
-            let first = recs.iter().map(|r| r.unit + 1).max().unwrap_or(0);
-            recs.extend(rebuild_options(ctx, &cands, opts.min_bytes, first));
-        }
-        let mut base_recs = base_recs;
-        if let Some(m) = &selected {
-            let keep = |r: &RecomputeOpt| r.clones().iter().all(|&v| m[v as usize]);
-            base_recs = recs[..base_recs].iter().filter(|r| keep(r)).count();
-            recs.retain(keep);
-        }
         Ok(Planner {
             ctx,
             opts,
@@ -280,8 +265,7 @@ impl<'a> Planner<'a> {
             cands,
             swaps,
             swap_tensor,
-            recs,
-            base_recs,
+            recs_built: std::cell::OnceCell::new(),
             evals: 0.into(),
             judged: Default::default(),
             last_answer: Default::default(),
@@ -523,11 +507,48 @@ impl<'a> Planner<'a> {
 
     /// The recompute options (for tools and tests).
     pub fn recompute_options_for_debug(&self) -> Vec<RecomputeOpt> {
-        self.recs.clone()
+        self.recs().to_vec()
     }
 
+    /// The swap and recompute options built (the recompute options are
+    /// built only when a strategy needs them: none when `hybrid`'s plan of
+    /// swaps alone is as fast as any plan can be).
     pub fn num_options(&self) -> (usize, usize) {
-        (self.swaps.len(), self.recs.len())
+        let recs = self.recs_built.get().map_or(0, |(r, _)| r.len());
+        (self.swaps.len(), recs)
+    }
+
+    /// The recompute options, built on first use: those of forward units
+    /// first ([`Planner::base_recs`] of them), then, for `hybrid`, those
+    /// rebuilding backward tensors from small inputs (`rebuild.rs`); only
+    /// those the selection allows.
+    pub(super) fn recs(&self) -> &[RecomputeOpt] {
+        &self.built_recs().0
+    }
+
+    /// How many of [`Planner::recs`] are of forward units.
+    pub(super) fn base_recs(&self) -> usize {
+        self.built_recs().1
+    }
+
+    fn built_recs(&self) -> &(Vec<RecomputeOpt>, usize) {
+        self.recs_built.get_or_init(|| {
+            let (ctx, opts) = (self.ctx, self.opts);
+            let mut recs = recompute_options(ctx, &self.cands, &self.cuts);
+            let mut base_recs = recs.len();
+            // Only `hybrid` plans with the rebuilt tensors, and only on graphs
+            // small enough for its extra candidate plan (`hybrid`).
+            if opts.strategy == Strategy::Hybrid && ctx.g.num_nodes() <= opts.grid_max_nodes {
+                let first = recs.iter().map(|r| r.unit + 1).max().unwrap_or(0);
+                recs.extend(rebuild_options(ctx, &self.cands, opts.min_bytes, first));
+            }
+            if let Some(m) = &self.selected {
+                let keep = |r: &RecomputeOpt| r.clones().iter().all(|&v| m[v as usize]);
+                base_recs = recs[..base_recs].iter().filter(|r| keep(r)).count();
+                recs.retain(keep);
+            }
+            (recs, base_recs)
+        })
     }
 }
 

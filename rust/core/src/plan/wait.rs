@@ -64,7 +64,7 @@ impl Planner<'_> {
             tensor_of_swap: &tensor_of_swap,
             recomputes: match recs {
                 Recs::None => &[],
-                Recs::Base | Recs::All => &self.recs[..self.base_recs],
+                Recs::Base | Recs::All => &self.recs()[..self.base_recs()],
             },
         };
         if pool.swaps.is_empty() {
