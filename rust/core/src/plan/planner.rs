@@ -224,7 +224,8 @@ pub struct Planner<'a> {
     pub(super) best_host: std::cell::Cell<u64>,
     /// Per node: may it be touched (`None`: all may).
     pub(super) selected: Option<Vec<bool>>,
-    pub(super) cuts: Cuts,
+    /// The cut segments (`cuts.rs`), built on first use ([`Planner::cuts`]).
+    pub(super) cuts: std::cell::OnceCell<Cuts>,
     /// Chen's cuts, where only activations cross (`cuts.rs`, built on
     /// first use).
     pub(super) chen_cuts: std::cell::OnceCell<Cuts>,
@@ -257,7 +258,6 @@ impl<'a> Planner<'a> {
         let selected = opts.selection.mask(ctx.g)?;
         let cands = swap_candidates(ctx.g, ctx.s, ctx.l, opts.min_gap, opts.min_bytes);
         let (swaps, swap_tensor) = swap_options(ctx, &cands, selected.as_deref(), swap_option);
-        let cuts = cut_segments(ctx.g, ctx.s, ctx.l, opts.min_bytes, Made::Plumbing);
         Ok(Planner {
             ctx,
             opts,
@@ -273,7 +273,7 @@ impl<'a> Planner<'a> {
             best_fail: (u64::MAX, "").into(),
             best_host: u64::MAX.into(),
             selected,
-            cuts,
+            cuts: std::cell::OnceCell::new(),
             chen_cuts: std::cell::OnceCell::new(),
             shared_index: std::cell::Cell::new(None),
             chose_recompute: false.into(),
@@ -531,10 +531,18 @@ impl<'a> Planner<'a> {
         self.built_recs().1
     }
 
+    /// The cut segments where only plumbing crosses (`cuts.rs`), built on
+    /// first use: the spans' recompute options and plans need them.
+    pub(super) fn cuts(&self) -> &Cuts {
+        let (ctx, opts) = (self.ctx, self.opts);
+        self.cuts
+            .get_or_init(|| cut_segments(ctx.g, ctx.s, ctx.l, opts.min_bytes, Made::Plumbing))
+    }
+
     fn built_recs(&self) -> &(Vec<RecomputeOpt>, usize) {
         self.recs_built.get_or_init(|| {
             let (ctx, opts) = (self.ctx, self.opts);
-            let mut recs = recompute_options(ctx, &self.cands, &self.cuts);
+            let mut recs = recompute_options(ctx, &self.cands, self.cuts());
             let mut base_recs = recs.len();
             // Only `hybrid` plans with the rebuilt tensors, and only on graphs
             // small enough for its extra candidate plan (`hybrid`).

@@ -84,12 +84,12 @@ impl Planner<'_> {
     /// judged), or the plan does not fit or cannot be faster than `beat`
     /// seconds.
     pub(super) fn blocks(&self, width: usize, beat: f64) -> Option<Planned> {
-        let m = self.cuts.segments.len();
+        let m = self.cuts().segments.len();
         let spans = block_spans(m, width);
-        if m < 2 || (spans == sqrt_spans(m) && *self.chen_cuts() == self.cuts) {
+        if m < 2 || (spans == sqrt_spans(m) && self.chen_cuts() == self.cuts()) {
             return None;
         }
-        self.spans_plan(&self.cuts, &spans, "blocks", beat)
+        self.spans_plan(self.cuts(), &spans, "blocks", beat)
     }
 
     /// One recompute per span of `cuts`' segments, at its option freeing the most memory over
