@@ -157,7 +157,7 @@ struct Searched {
     plan: Plan,
     strategy: String,
     evaluations: u32,
-    /// Swap and recompute options considered.
+    /// Swap and recompute options built (`Planner::num_options`).
     options: (usize, usize),
     /// The plan's per-op and per-copy times from its verdict, when the
     /// planner kept them ([`Planner::times_of`]).
