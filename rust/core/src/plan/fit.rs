@@ -59,6 +59,9 @@ impl Planner<'_> {
     pub(super) fn fit(&self, swap: bool, recs: Recs, who: &'static str) -> Option<Planned> {
         if swap && recs == Recs::None {
             if let Some(known) = self.swap_only.take() {
+                // Its smallest peak over the budget, noted now as the loop
+                // itself would have noted it (`fit_swaps_first`).
+                self.note_fail(self.swap_only_fail.replace(u64::MAX), who);
                 let known = known.map(|mut p| {
                     p.strategy = who.into();
                     p
@@ -78,6 +81,8 @@ impl Planner<'_> {
             && !self.chose_recompute.get()
         {
             self.swap_only.set(Some(out.clone()));
+            // This loop noted its own peaks, as the loop it stands for would have.
+            self.swap_only_fail.set(u64::MAX);
         }
         out
     }
@@ -86,7 +91,10 @@ impl Planner<'_> {
     /// index of the swap options only (the same choices as on an index of
     /// every option, `greedy::choose_indexed`), before any recompute option
     /// is built. Its result is the loop on the swaps alone for the rest of
-    /// the request (`fit`).
+    /// the request (`fit`). The smallest peak over the budget it reached is
+    /// noted only when a strategy takes that result (`fit`), under that
+    /// strategy's name, as if it had run the loop then: a budget error names
+    /// the strategy it named before this loop ran first.
     pub(super) fn fit_swaps_first(&self) -> Option<Planned> {
         self.chose_recompute.set(false);
         let pool = Pool {
@@ -96,10 +104,14 @@ impl Planner<'_> {
             recomputes: &[],
         };
         let mut ix = Index::new(self.ctx, &pool, self.opts.lambda);
+        let noted = self.best_fail.get();
+        self.best_fail.set((u64::MAX, ""));
         let mut out = self.fit_with(&pool, &mut ix, "hybrid", true);
         if out.is_none() {
             out = self.fit_with(&pool, &mut ix, "hybrid", false);
         }
+        self.swap_only_fail.set(self.best_fail.get().0);
+        self.best_fail.set(noted);
         self.swap_only.set(Some(out.clone()));
         out
     }

@@ -238,6 +238,10 @@ pub struct Planner<'a> {
     /// loop on swaps and the forward units' recomputes never found a
     /// recompute valid (`fit`). `None`: not known.
     pub(super) swap_only: std::cell::Cell<Option<Option<Planned>>>,
+    /// The smallest peak over the budget of the loop in `swap_only` when it
+    /// ran ahead of its turn (`fit_swaps_first`) and has not been noted yet
+    /// (`u64::MAX`: none).
+    pub(super) swap_only_fail: std::cell::Cell<u64>,
 }
 
 impl<'a> Planner<'a> {
@@ -278,6 +282,7 @@ impl<'a> Planner<'a> {
             shared_index: std::cell::Cell::new(None),
             chose_recompute: false.into(),
             swap_only: std::cell::Cell::new(None),
+            swap_only_fail: u64::MAX.into(),
         })
     }
 
