@@ -56,10 +56,8 @@ def graph_bytes(graph: GraphLike) -> tuple[bytes, str | None]:
     inlines them before it runs the step (:mod:`hybridplan.inlining`): the bytes are
     those of the graph that is planned and rewritten.
     """
-    if isinstance(graph, Inlined):
-        return graph.data, graph.loss
-    data, loss = _raw_bytes(graph)
-    return maybe_inline(data), loss
+    given = graph_source(graph)
+    return given.data, given.loss
 
 
 def _raw_bytes(graph: GraphLike) -> tuple[bytes, str | None]:

@@ -106,10 +106,7 @@ impl Planner<'_> {
         let mut ix = Index::new(self.ctx, &pool, self.opts.lambda);
         let noted = self.best_fail.get();
         self.best_fail.set((u64::MAX, ""));
-        let mut out = self.fit_with(&pool, &mut ix, "hybrid", true);
-        if out.is_none() {
-            out = self.fit_with(&pool, &mut ix, "hybrid", false);
-        }
+        let out = self.fit_queued(&pool, &mut ix, "hybrid", true);
         self.swap_only_fail.set(self.best_fail.get().0);
         self.best_fail.set(noted);
         self.swap_only.set(Some(out.clone()));
@@ -142,12 +139,25 @@ impl Planner<'_> {
             }),
             _ => Index::new(self.ctx, &pool, self.opts.lambda),
         };
-        let mut out = self.fit_with(&pool, &mut ix, who, true);
-        if out.is_none() && swap {
-            out = self.fit_with(&pool, &mut ix, who, false);
-        }
+        let out = self.fit_queued(&pool, &mut ix, who, swap);
         if self.opts.strategy == Strategy::Hybrid {
             self.shared_index.set(Some(ix));
+        }
+        out
+    }
+
+    /// [`Planner::fit_with`] with swaps checked against the device-to-host
+    /// queue; if that finds no plan and the pool swaps, without the check.
+    fn fit_queued(
+        &self,
+        pool: &Pool<'_>,
+        ix: &mut Index,
+        who: &'static str,
+        swap: bool,
+    ) -> Option<Planned> {
+        let out = self.fit_with(pool, ix, who, true);
+        if out.is_none() && swap {
+            return self.fit_with(pool, ix, who, false);
         }
         out
     }

@@ -80,8 +80,7 @@ impl Planner<'_> {
         // is built. Otherwise it is the loop on the swaps alone that the
         // candidates below reuse, and they run as they would without it.
         let swaps_first = self.fit_swaps_first();
-        let compute = self.ctx.start[self.ctx.s.order.len()];
-        if let Some(p) = swaps_first.filter(|p| p.verdict.step_time_s <= compute) {
+        if let Some(p) = swaps_first.filter(|p| p.verdict.step_time_s <= self.first_bound()) {
             return Some(Planned {
                 evaluations: self.evals.get(),
                 strategy: "hybrid".into(),
@@ -142,8 +141,7 @@ impl Planner<'_> {
     /// The lower bounds on the step of `hybrid`'s candidates (the model in
     /// the header). O(R) for R recompute options.
     fn bounds(&self) -> Bounds {
-        let ctx = self.ctx;
-        let compute = ctx.start[ctx.s.order.len()];
+        let compute = self.first_bound();
         let cheapest = (self.recs()[..self.base_recs()].iter())
             .map(|r| r.time_s)
             .fold(f64::INFINITY, f64::min);
@@ -151,6 +149,11 @@ impl Planner<'_> {
             any: compute,
             recompute: (compute + cheapest) * (1.0 - 1e-9),
         }
+    }
+
+    /// The step no plan is faster than: the schedule's summed op times.
+    fn first_bound(&self) -> f64 {
+        self.ctx.start[self.ctx.s.order.len()]
     }
 
     /// Runs `candidates` on `best` unless `skip` (their bound says none can
