@@ -44,6 +44,7 @@
 //! neither is passed over.
 //!
 //! # Complexity
+//! O(S log S) to take the swaps in schedule order, then
 //! O(S * (log D + W * d)) for S swaps, D the positions from a swap's
 //! producer to the first op starting after its copy (a galloping search),
 //! a walk of W ops of in-degree d, and
@@ -70,13 +71,29 @@ pub(crate) fn set_releases(g: &Graph, s: &Schedule, plan: &mut Plan, sim: &SimRe
     if plan.swaps.is_empty() {
         return;
     }
-    for (k, sw) in plan.swaps.iter_mut().enumerate() {
+    // In schedule order of where each copy may start: each swap's answer
+    // is its own, and the walks then read the schedule and the op starts
+    // in one sweep rather than at random (the plan lists swaps in the
+    // greedy's order).
+    let mut by_lo: Vec<(u32, u32)> = plan
+        .swaps
+        .iter()
+        .enumerate()
+        .map(|(k, sw)| {
+            let x = g.tensors[sw.tensor as usize].node;
+            (s.pos[x as usize].max(s.pos[sw.after as usize]), k as u32)
+        })
+        .collect();
+    by_lo.sort_unstable();
+    for (at, k) in by_lo {
+        let k = k as usize;
+        let sw = &mut plan.swaps[k];
         (sw.release, sw.gate) = (NONE, NONE);
         let Some(&end) = sim.swap_out_end.get(k) else {
             continue;
         };
         let x = g.tensors[sw.tensor as usize].node;
-        let lo = s.pos[x as usize].max(s.pos[sw.after as usize]) as usize + 1;
+        let lo = at as usize + 1;
         if lo >= n {
             continue;
         }
