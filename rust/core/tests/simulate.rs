@@ -526,6 +526,27 @@ fn invalid_plans_are_rejected() {
         recomputes: vec![rc(&["a"], "d", &["e"])],
     };
     rejects(&a, &both, "two places");
+    let e = simulate(&a.graph, &a.schedule, &UNIT, &link(400.0, 1.0), &both).unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "invalid argument: node 'e' reads tensor 'a:0' from two places in the plan (swap-in #0 and recompute clone #0): list it as a consumer of one only"
+    );
+    // The first error in the plan's order wins: a read from two places
+    // before another error, the other error before a read from two places.
+    let conflict_first = Plan {
+        swaps: vec![ok.clone()],
+        recomputes: vec![rc(&["a"], "d", &["e"]), rc(&["b"], "d", &["e"])],
+    };
+    rejects(&a, &conflict_first, "two places");
+    let conflict_last = Plan {
+        swaps: vec![ok.clone(), {
+            let mut b = swap(&a, "b", "b", "c", &["c"]);
+            b.ins[0].trigger = 99;
+            b
+        }],
+        recomputes: vec![rc(&["a"], "d", &["e"])],
+    };
+    rejects(&a, &conflict_last, "out of range");
     // A clone consumer that no clone reads.
     let mut s = ok.clone();
     s.ins[0].clone_consumers = vec![id(&a, "b")];

@@ -115,6 +115,23 @@ pub(crate) fn set_releases(g: &Graph, s: &Schedule, plan: &mut Plan, sim: &SimRe
     }
 }
 
+/// Whether a release node of `plan` would wait in `sim`, a simulation of
+/// `plan` without release nodes at [`Detail::Times`](crate::simulate::Detail::Times)
+/// or more: one that starts there before its swap-out's end (or whose
+/// times `sim` lacks). [`set_releases`] picks none such. O(S).
+pub(crate) fn waits(plan: &Plan, sim: &SimResult) -> bool {
+    plan.swaps.iter().enumerate().any(|(k, sw)| {
+        sw.release != NONE
+            && match (
+                sim.op_start.get(sw.release as usize),
+                sim.swap_out_end.get(k),
+            ) {
+                (Some(start), Some(end)) => start < end,
+                _ => true,
+            }
+    })
+}
+
 /// The first position from `lo` on whose op starts at or after `end`
 /// (`order.len()`: none). Starts along the schedule are non-decreasing (the
 /// compute stream runs it in order), so this is a binary search, galloping

@@ -24,7 +24,7 @@ impl Sim<'_> {
         match p.item_clone[item] {
             NONE if p.redirected[item] => {
                 let t = self.g.inputs(v)[slot];
-                self.buf_of(p.redirect.get(&(v, t)).copied().unwrap_or(Src::Orig(t)))
+                self.buf_of(p.redirect.get(item as u32, t).unwrap_or(Src::Orig(t)))
             }
             NONE => self.lay.in_buf[self.lay.in_off[q] as usize + slot],
             c => self.buf_of(p.clone_in[p.clone_in_off[c as usize] as usize + slot]),

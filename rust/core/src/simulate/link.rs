@@ -1,6 +1,8 @@
 //! The two copy engines of the host link, as a discrete-event fluid model.
 //!
-//! Each engine serves its ready copies first-come first-served. A copy
+//! Each engine serves its ready copies first-come first-served, copies
+//! ready at the same instant in the order of their numbers (the plan's
+//! order). A copy
 //! spends `latency` with the engine busy and the wire idle, then moves its
 //! bytes at the engine's bandwidth, times `duplex` while the other engine is
 //! also moving bytes. Rates change only at the instants a data phase starts
@@ -8,7 +10,12 @@
 //!
 //! The engines advance lazily: the caller submits copies with a ready time
 //! no earlier than the link's clock and steps the link when it needs a
-//! copy's end.
+//! copy's end. What the engines do does not depend on when they are
+//! stepped: a copy is submitted before the clock passes its ready time,
+//! and ties go by number, not by when a copy was submitted (the walk
+//! submits a swap-in when it has seen both its trigger and its swap-out
+//! end, which depends on when it stepped the link; release placement
+//! relies on this, `api.rs`).
 //!
 //! # Complexity
 //! O(log Q) per step for Q queued copies.
@@ -77,8 +84,7 @@ pub(super) struct Link {
     latency: f64,
     duplex: f64,
     eng: [Engine; 2],
-    queue: [BinaryHeap<Reverse<(Time, u64, u32)>>; 2],
-    seq: u64,
+    queue: [BinaryHeap<Reverse<(Time, u32)>>; 2],
 }
 
 impl Link {
@@ -90,15 +96,13 @@ impl Link {
             duplex,
             eng: [IDLE; 2],
             queue: [BinaryHeap::new(), BinaryHeap::new()],
-            seq: 0,
         }
     }
 
     /// Queues copy `x` on engine `e`, ready at `ready` (clamped to the clock).
     pub(super) fn submit(&mut self, e: usize, x: u32, ready: f64) {
-        self.seq += 1;
         let ready = ready.max(self.now);
-        self.queue[e].push(Reverse((Time(ready), self.seq, x)));
+        self.queue[e].push(Reverse((Time(ready), x)));
     }
 
     /// Runs the engines to their next event; pushes the copies that ended
@@ -136,7 +140,7 @@ impl Link {
             if self.eng[e].cur != NONE {
                 continue;
             }
-            let Some(&Reverse((Time(r), _, x))) = self.queue[e].peek() else {
+            let Some(&Reverse((Time(r), x))) = self.queue[e].peek() else {
                 continue;
             };
             if r <= self.now {
@@ -161,7 +165,7 @@ impl Link {
                 } else {
                     en.lat_end
                 }
-            } else if let Some(Reverse((Time(r), _, _))) = self.queue[e].peek() {
+            } else if let Some(Reverse((Time(r), _))) = self.queue[e].peek() {
                 *r
             } else {
                 continue;

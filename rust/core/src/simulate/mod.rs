@@ -15,8 +15,8 @@
 //! - the **host-to-device engine** runs swap-ins: one is ready when its
 //!   trigger and its swap-out have finished.
 //!
-//! Each engine serves ready copies first-come first-served (ties: order of
-//! becoming ready). A copy takes `link_latency_s` (the engine is busy, the
+//! Each engine serves ready copies first-come first-served (ties: in plan
+//! order, swap-outs by swap, swap-ins by swap and then its list). A copy takes `link_latency_s` (the engine is busy, the
 //! wire idle), then moves its bytes at the direction's bandwidth, multiplied
 //! by `duplex_factor` while the other direction is also moving bytes (a
 //! fluid model: the rate changes at the instants the other copy starts or
@@ -62,7 +62,8 @@
 //!
 //! # Files
 //! `layout.rs` (the graph in schedule order), `prep.rs` (the plan as a
-//! stream of items), `stream.rs` (the walk of the compute stream and the
+//! stream of items), `redirects.rs` (the reads it serves from copies and
+//! clones), `stream.rs` (the walk of the compute stream and the
 //! link), `link.rs` (the two copy engines), `memory.rs` (the memory sweep),
 //! `forward.rs` (in-place forwarding), `result.rs` (what a run reports),
 //! `reads.rs` (the stream's reads, for replay).
@@ -73,6 +74,7 @@ mod link;
 mod memory;
 mod prep;
 mod reads;
+mod redirects;
 mod result;
 mod stream;
 #[cfg(test)]

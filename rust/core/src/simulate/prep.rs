@@ -13,6 +13,7 @@ use crate::graph::{Graph, NodeFlags, NONE};
 use crate::plan::Plan;
 use crate::schedule::Schedule;
 
+use super::redirects::Redirects;
 use super::{reuse, reuse_empty, Scratch};
 
 fn invalid(msg: String) -> PlanError {
@@ -31,7 +32,7 @@ pub(super) enum Src {
 }
 
 impl Src {
-    fn describe(self) -> String {
+    pub(super) fn describe(self) -> String {
         match self {
             Src::Orig(_) => "the original".into(),
             Src::In(i) => format!("swap-in #{i}"),
@@ -80,15 +81,16 @@ pub(super) struct Prep {
     pub(super) in_pred: Vec<u32>,
     pub(super) in_succ: Vec<u32>,
     /// Reads of original nodes served by a swap-in or a clone.
-    pub(super) redirect: FxHashMap<(u32, u32), Src>,
+    pub(super) redirect: Redirects,
     /// Per stream item: does it read anything redirected?
     pub(super) redirected: Vec<bool>,
     /// Sources listed for clones' reads, keyed by (node, tensor).
     cands: FxHashMap<(u32, u32), Vec<Cand>>,
     /// (item, event), sorted.
     pub(super) fires: Vec<(u32, Fire)>,
-    /// Swaps whose swap-out must end before a node starts, keyed by node.
-    pub(super) release: FxHashMap<u32, Vec<u32>>,
+    /// (stream item, swap): the swap-out must end before the item starts;
+    /// sorted.
+    pub(super) release: Vec<(u32, u32)>,
 }
 
 /// Where in the plan a check failed; rendered only for the error message.
@@ -184,11 +186,17 @@ impl Prep {
         check_tensors(g, plan)?;
         check_recomputes(g, s, plan)?;
         let mut p = Prep::stream(g, s, plan, sc);
-        p.add_swaps(g, plan)?;
-        p.add_recompute_reads(g, s, plan)?;
+        let listed = p
+            .add_swaps(g, plan)
+            .and_then(|()| p.add_recompute_reads(g, s, plan));
+        // A read listed from two places before any other error is the
+        // error (`redirects.rs`).
+        p.redirect.settle(g, &p.item_node)?;
+        listed?;
         p.resolve_clones(g, s, plan)?;
         p.check_unused(g)?;
         p.fires.sort_unstable();
+        p.release.sort_unstable();
         Ok(p)
     }
 
@@ -228,11 +236,11 @@ impl Prep {
             in_base: vec![0],
             in_pred: Vec::new(),
             in_succ: Vec::new(),
-            redirect: FxHashMap::default(),
+            redirect: Redirects::default(),
             redirected: reuse(&mut sc.redirected, total, false),
             cands: FxHashMap::default(),
             fires: Vec::new(),
-            release: FxHashMap::default(),
+            release: Vec::new(),
         };
         if rs.is_empty() {
             // The schedule alone: item `pos` is the op at `pos`.
@@ -286,21 +294,12 @@ impl Prep {
         self.item_clone.push(clone);
     }
 
-    /// Registers that original node `c` reads `t` from `src`.
-    fn redirect_read(&mut self, g: &Graph, c: u32, t: u32, src: Src) -> Result<()> {
-        if let Some(old) = self.redirect.insert((c, t), src) {
-            if old != src {
-                return Err(invalid(format!(
-                    "node '{}' reads tensor '{}' from two places in the plan ({} and {}): list it as a consumer of one only",
-                    g.nodes[c as usize].name,
-                    g.tensor_name(t),
-                    old.describe(),
-                    src.describe()
-                )));
-            }
-        }
-        self.redirected[self.node_item[c as usize] as usize] = true;
-        Ok(())
+    /// Lists that original node `c` reads `t` from `src` (checked for a
+    /// read from two places by `Redirects::settle`).
+    fn redirect_read(&mut self, c: u32, t: u32, src: Src) {
+        let item = self.node_item[c as usize];
+        self.redirect.list(item, t, src);
+        self.redirected[item as usize] = true;
     }
 
     fn add_cand(&mut self, c: u32, t: u32, src: Src, avail: u32) {
@@ -338,7 +337,8 @@ impl Prep {
                         ),
                     ));
                 }
-                self.release.entry(sw.release).or_default().push(k as u32);
+                self.release
+                    .push((self.node_item[sw.release as usize], k as u32));
             }
             for (j, si) in sw.ins.iter().enumerate() {
                 let what = What::SwapIn(k, sw.tensor, j);
@@ -393,7 +393,7 @@ impl Prep {
         for &c in &si.consumers {
             check_reads(g, c, t, what)?;
             self.check_before(g, trig, avail, c, what)?;
-            self.redirect_read(g, c, t, Src::In(i))?;
+            self.redirect_read(c, t, Src::In(i));
         }
         for &c in &si.clone_consumers {
             check_reads(g, c, t, what)?;
@@ -449,7 +449,7 @@ impl Prep {
                             self.add_cand(c, t, src, self.clone_item[ci as usize]);
                         } else {
                             self.check_before(g, trig, trig, c, what)?;
-                            self.redirect_read(g, c, t, src)?;
+                            self.redirect_read(c, t, src);
                         }
                     }
                     if !any {

@@ -88,7 +88,7 @@ pub(crate) fn stream_items(g: &Graph, s: &Schedule, plan: &Plan) -> Result<Vec<S
         let inputs = if c == NONE {
             ins.iter()
                 .map(|&t| match p.redirected[i] {
-                    true => place(t, p.redirect.get(&(v, t)).copied().unwrap_or(Src::Orig(t))),
+                    true => place(t, p.redirect.get(i as u32, t).unwrap_or(Src::Orig(t))),
                     false => Read::Original { tensor: t },
                 })
                 .collect()

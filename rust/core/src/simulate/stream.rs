@@ -86,6 +86,10 @@ pub(super) struct Sim<'a> {
     pub(super) n_swaps: usize,
     pub(super) link: Link,
     pub(super) done: Vec<u32>,
+    /// The walk's cursors into the redirected reads and the release
+    /// entries (both sorted by stream item).
+    redir_at: usize,
+    rel_at: usize,
     /// End of each swap-in's trigger (NaN until it has run).
     pub(super) trig_end: Vec<f64>,
     pub(super) bufs: Bufs,
@@ -142,6 +146,8 @@ impl<'a> Sim<'a> {
             n_swaps,
             link,
             done: Vec::new(),
+            redir_at: 0,
+            rel_at: 0,
             trig_end: vec![f64::NAN; n_ins],
             bufs,
             clone_buf: vec![NONE; p.clone_buf_len()],
@@ -212,8 +218,10 @@ impl<'a> Sim<'a> {
         let mut st = prev;
         if self.p.redirected[item as usize] {
             let v = self.p.item_node[item as usize];
+            let span = self.p.redirect.span_from(self.redir_at, item);
+            self.redir_at = span.1;
             for &t in self.g.inputs(v) {
-                let src = self.p.redirect.get(&(v, t)).copied();
+                let src = self.p.redirect.get_in(span, t);
                 st = st.max(self.read(src.unwrap_or(Src::Orig(t)), item)?);
             }
         } else {
@@ -242,15 +250,14 @@ impl<'a> Sim<'a> {
     /// When `item` may start, given `st`: after the swap-outs it waits for.
     pub(super) fn released(&mut self, item: u32, st: f64) -> Result<f64> {
         let p = self.p;
-        if p.release.is_empty() || p.item_clone[item as usize] != NONE {
-            return Ok(st);
-        }
-        let Some(ks) = p.release.get(&p.item_node[item as usize]) else {
-            return Ok(st);
-        };
         let mut st = st;
-        for &k in ks {
+        while let Some(&(at, k)) = p.release.get(self.rel_at) {
+            if at > item {
+                break;
+            }
+            debug_assert_eq!(at, item, "the walk passed a release entry");
             st = st.max(self.wait(k as usize)?);
+            self.rel_at += 1;
         }
         Ok(st)
     }
