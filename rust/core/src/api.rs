@@ -368,12 +368,12 @@ fn report(
 ) -> PlanReport {
     let g = &a.graph;
     let plan = &searched.plan;
-    let mut planned = Figures::of(g, &judged.sim, plan);
+    // The host memory of the swaps and the hosted lists' copies together
+    // (`check_fits`).
+    let mut planned = Figures::with_host(&judged.sim, plan, &judged.host);
     let copied = crate::hosting::total_bytes(hosted);
     planned.bytes_d2h = planned.bytes_d2h.saturating_add(copied);
     planned.bytes_h2d = planned.bytes_h2d.saturating_add(copied);
-    planned.host_peak_bytes = judged.host.peak_bytes;
-    planned.pinned_bytes = judged.host.pinned_bytes;
     PlanReport {
         schema_version: PLAN_SCHEMA_VERSION,
         strategy_requested: opts.strategy.name().into(),

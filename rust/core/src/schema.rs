@@ -58,7 +58,11 @@ pub struct Figures {
 
 impl Figures {
     pub(crate) fn of(g: &Graph, sim: &SimResult, plan: &Plan) -> Self {
-        let host = crate::host::host_memory(g, plan, sim);
+        Figures::with_host(sim, plan, &crate::host::host_memory(g, plan, sim))
+    }
+
+    /// [`Figures::of`] with the host memory already known.
+    pub(crate) fn with_host(sim: &SimResult, plan: &Plan, host: &crate::host::HostMemory) -> Self {
         Figures {
             host_peak_bytes: host.peak_bytes,
             pinned_bytes: host.pinned_bytes,
