@@ -262,6 +262,97 @@ fn forbidden_inputs(g: &Graph, x: u32, after: u32) -> Vec<u32> {
 #[cfg(test)]
 mod tests {
     use super::first_not_before;
+    use crate::build::{build, BuildOptions, NodeSpec, OutSpec, Shape};
+    use crate::device::{preset, DeviceModel};
+    use crate::dtype::DType;
+    use crate::graph::NONE;
+    use crate::plan::{Plan, Swap, SwapIn};
+    use crate::simulate::{Detail, Simulator};
+
+    /// A release node that starts exactly when its swap-out ends and takes
+    /// no time, so that it submits a copy at that instant: the simulation
+    /// with the release nodes is the one without (what release placement
+    /// keeps, `api.rs`). Copy `p0` (2 s) ends at 3 s, when `r` (no time)
+    /// starts and `r`'s copy becomes ready; `q`'s copy has waited since
+    /// 3 s too. With an engine that started its next copy at the end of
+    /// the step the release node's wait ran, `q`'s went first there and
+    /// `r`'s first without the release node (an adversarial review's case).
+    #[test]
+    fn a_release_node_at_its_copys_end_changes_nothing() {
+        let nodes: &[(&str, &str, &[&str], i64)] = &[
+            ("x", "Placeholder", &[], 4),
+            ("p0", "Relu", &["x"], 800),
+            ("p1", "Relu", &["p0"], 4),
+            ("q", "Relu", &["p1"], 800),
+            ("r", "Softmax", &["q"], 800),
+            ("s", "Relu", &["r"], 4),
+            ("t", "Relu", &["s"], 4),
+            ("e", "AddN", &["t", "p0", "q", "r"], 4),
+        ];
+        let specs: Vec<NodeSpec<'_>> = nodes
+            .iter()
+            .map(|&(name, op, inputs, bytes)| NodeSpec {
+                name,
+                op,
+                device: "",
+                inputs: inputs.to_vec(),
+                outputs: vec![OutSpec {
+                    dtype: Some(DType::FLOAT),
+                    shape: Shape(Some(vec![bytes / 4])),
+                }],
+                calls_function: false,
+            })
+            .collect();
+        let opts = BuildOptions {
+            loss: Some("e".into()),
+            persistent_bytes: Some(0),
+            ..Default::default()
+        };
+        let a = crate::analyze_graph(build(&specs, &opts).unwrap()).unwrap();
+        let id = |n: &str| a.graph.nodes.iter().position(|x| &*x.name == n).unwrap() as u32;
+        let mut costs = vec![0.0; a.graph.num_nodes()];
+        for (n, c) in [
+            ("p0", 1.0),
+            ("p1", 1.0),
+            ("q", 1.0),
+            ("s", 10.0),
+            ("t", 10.0),
+            ("e", 1.0),
+        ] {
+            costs[id(n) as usize] = c;
+        }
+        let dev = DeviceModel {
+            h2d_bandwidth: 400.0,
+            d2h_bandwidth: 400.0,
+            link_latency_s: 0.0,
+            duplex_factor: 1.0,
+            ..preset("cpu").unwrap()
+        };
+        let swap = |t: &str| Swap {
+            tensor: a.graph.outputs(id(t)).start,
+            after: id(t),
+            release: NONE,
+            gate: NONE,
+            ins: vec![SwapIn {
+                trigger: id("t"),
+                consumers: vec![id("e")],
+                clone_consumers: vec![],
+                follows: false,
+            }],
+        };
+        let mut plan = Plan {
+            swaps: vec![swap("r"), swap("p0"), swap("q")],
+            recomputes: vec![],
+        };
+        let mut sim = Simulator::new(&a.graph, &a.schedule, &costs, &dev).unwrap();
+        let bare = sim.run(&plan, Detail::FULL).unwrap();
+        super::set_releases(&a.graph, &a.schedule, &mut plan, &bare);
+        assert_eq!(plan.swaps[1].release, id("r"));
+        assert_eq!(bare.op_start[id("r") as usize], bare.swap_out_end[1]);
+        assert!(!super::waits(&plan, &bare));
+        assert_eq!(sim.run(&plan, Detail::FULL).unwrap(), bare);
+        assert_eq!(bare.swap_out_end, [3.0 + 2.0, 3.0, 3.0 + 4.0]);
+    }
 
     /// The galloping search answers as a binary search over the whole
     /// rest of the schedule, for every start and every end time: starts

@@ -12,10 +12,14 @@
 //! no earlier than the link's clock and steps the link when it needs a
 //! copy's end. What the engines do does not depend on when they are
 //! stepped: a copy is submitted before the clock passes its ready time,
-//! and ties go by number, not by when a copy was submitted (the walk
-//! submits a swap-in when it has seen both its trigger and its swap-out
-//! end, which depends on when it stepped the link; release placement
-//! relies on this, `api.rs`).
+//! ties go by number, not by when a copy was submitted (the walk submits a
+//! swap-in when it has seen both its trigger and its swap-out end, which
+//! depends on when it stepped the link), and an engine free at the end of
+//! a step starts its next copy at the start of the next step, so copies
+//! submitted in between at that instant take their turn too (a step ran
+//! at a release node's wait and an op of no time there submitting a copy
+//! at the same instant reordered copies otherwise). Release placement
+//! relies on this (`api.rs`).
 //!
 //! # Complexity
 //! O(log Q) per step for Q queued copies.
@@ -130,8 +134,10 @@ impl Link {
                 *en = IDLE;
             }
         }
+        // The copies to start now are started by the next step: the walk
+        // may submit copies ready at this instant before it (an op of no
+        // time that ends now), and they take their turn by number.
         self.set_rates();
-        self.start_ready(xf);
         true
     }
 
