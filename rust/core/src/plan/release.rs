@@ -273,10 +273,11 @@ mod tests {
     /// no time, so that it submits a copy at that instant: the simulation
     /// with the release nodes is the one without (what release placement
     /// keeps, `api.rs`). Copy `p0` (2 s) ends at 3 s, when `r` (no time)
-    /// starts and `r`'s copy becomes ready; `q`'s copy has waited since
-    /// 3 s too. With an engine that started its next copy at the end of
-    /// the step the release node's wait ran, `q`'s went first there and
-    /// `r`'s first without the release node (an adversarial review's case).
+    /// starts and `r`'s copy becomes ready; `q`'s copy is ready at 3 s
+    /// too. With an engine that started its next copy at the end of the
+    /// step the release node's wait ran, `q`'s went first there and `r`'s
+    /// (the lower number) first without the release node (an adversarial
+    /// review's case).
     #[test]
     fn a_release_node_at_its_copys_end_changes_nothing() {
         let nodes: &[(&str, &str, &[&str], i64)] = &[

@@ -2,11 +2,10 @@
 //!
 //! Each engine serves its ready copies first-come first-served, copies
 //! ready at the same instant in the order of their numbers (the plan's
-//! order). A copy
-//! spends `latency` with the engine busy and the wire idle, then moves its
-//! bytes at the engine's bandwidth, times `duplex` while the other engine is
-//! also moving bytes. Rates change only at the instants a data phase starts
-//! or ends, so each copy causes at most four steps.
+//! order). A copy spends `latency` with the engine busy and the wire idle,
+//! then moves its bytes at the engine's bandwidth, times `duplex` while the
+//! other engine is also moving bytes. Rates change only at the instants a
+//! data phase starts or ends, so each copy causes at most four steps.
 //!
 //! The engines advance lazily: the caller submits copies with a ready time
 //! no earlier than the link's clock and steps the link when it needs a
@@ -109,8 +108,9 @@ impl Link {
         self.queue[e].push(Reverse((Time(ready), x)));
     }
 
-    /// Runs the engines to their next event; pushes the copies that ended
-    /// onto `done`. False when nothing is running or queued.
+    /// Starts the ready copies of free engines, then runs the engines to
+    /// their next event; pushes the copies that ended onto `done`. False
+    /// when nothing is running or queued.
     pub(super) fn step(&mut self, xf: &mut [Xfer], done: &mut Vec<u32>) -> bool {
         self.start_ready(xf);
         let Some(t) = self.next_time() else {
