@@ -935,3 +935,49 @@ fn a_swap_in_that_follows_nothing_or_a_late_swap_out_is_an_invalid_plan() {
 }
 
 const UNIT_8: [f64; 8] = [0.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0];
+
+/// A release node that waits for nothing changes nothing, even one of no
+/// time starting exactly when its swap-out ends and submitting a copy at
+/// that instant (what release placement relies on to keep the chosen plan's
+/// simulation, `api.rs`). Copy `p0` (2 s) ends at 3 s, when `r` (no time)
+/// starts and `r`'s copy becomes ready; `q`'s copy is ready at 3 s too.
+/// With an engine that started its next copy at the end of the step the
+/// release node's wait ran, `q`'s went first there and `r`'s (the lower
+/// number) first without the release node (an adversarial review's case).
+#[test]
+fn a_release_node_at_its_copys_end_changes_nothing() {
+    let a = graph(&[
+        ("x", "Placeholder", &[], 4),
+        ("p0", "Relu", &["x"], 800),
+        ("p1", "Relu", &["p0"], 4),
+        ("q", "Relu", &["p1"], 800),
+        ("r", "Softmax", &["q"], 800),
+        ("s", "Relu", &["r"], 4),
+        ("t", "Relu", &["s"], 4),
+        ("e", "AddN", &["t", "p0", "q", "r"], 4),
+    ]);
+    let mut costs = vec![0.0; a.graph.num_nodes()];
+    for (n, c) in [
+        ("p0", 1.0),
+        ("p1", 1.0),
+        ("q", 1.0),
+        ("s", 10.0),
+        ("t", 10.0),
+        ("e", 1.0),
+    ] {
+        costs[id(&a, n) as usize] = c;
+    }
+    let dev = link(400.0, 1.0);
+    let mut plan = Plan {
+        swaps: ["r", "p0", "q"]
+            .map(|t| swap(&a, t, t, "t", &["e"]))
+            .to_vec(),
+        recomputes: vec![],
+    };
+    let bare = run(&a, &costs, &dev, &plan);
+    assert_eq!(bare.swap_out_end, [3.0 + 2.0, 3.0, 3.0 + 4.0]);
+    let r = id(&a, "r");
+    assert_eq!(bare.op_start[r as usize], bare.swap_out_end[1]);
+    plan.swaps[1].release = r;
+    assert_eq!(run(&a, &costs, &dev, &plan), bare);
+}
