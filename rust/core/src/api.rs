@@ -276,7 +276,7 @@ fn search(
     let planner = Planner::new(&ctx, opts, &judge)?;
     let planned: Planned = planner.run()?;
     Ok(Searched {
-        times: planner.times_of(&planned.plan),
+        times: planner.times_of(&planned),
         plan: planned.plan,
         strategy: planned.strategy,
         evaluations: planned.evaluations,

@@ -122,18 +122,21 @@ pub(crate) fn host_peak(bufs: &[HostBuffer]) -> u64 {
 /// gives the one order there is.
 fn sweep(bufs: &[HostBuffer], record: bool) -> HostMemory {
     let round = |b: u64| b.div_ceil(PINNED_ROUND).saturating_mul(PINNED_ROUND);
-    // (time, 0 = free before 1 = take, buffer): a total order, deterministic.
-    let mut ev: Vec<(f64, u8, usize)> = Vec::with_capacity(2 * bufs.len());
+    // (time, 0 = free before 1 = take, buffer): a total order, deterministic,
+    // packed in one integer key (`event_key`) so that the sort compares
+    // integers.
+    let mut ev: Vec<u128> = Vec::with_capacity(2 * bufs.len());
     for (i, b) in bufs.iter().enumerate() {
-        ev.push((b.from_s, 1, i));
-        ev.push((b.to_s.max(b.from_s), 0, i));
+        ev.push(event_key(b.from_s, true, i));
+        ev.push(event_key(b.to_s.max(b.from_s), false, i));
     }
-    ev.sort_unstable_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)).then(a.2.cmp(&b.2)));
+    ev.sort_unstable();
     let (mut held, mut pinned) = (0u64, 0u64);
     let mut h = HostMemory::default();
-    for (t, take, i) in ev {
+    for key in ev {
+        let (t, take, i) = event_of(key);
         let (b, r) = (bufs[i].bytes, round(bufs[i].bytes));
-        if take == 1 {
+        if take {
             held = held.saturating_add(b);
             pinned = pinned.saturating_add(r);
         } else {
@@ -151,6 +154,36 @@ fn sweep(bufs: &[HostBuffer], record: bool) -> HostMemory {
     h
 }
 
+/// An event `(t, take, buffer)` as an integer whose order is the events'
+/// order: `t` by [`f64::total_cmp`] (its bits with the sign bit flipped for
+/// a positive number, all bits flipped for a negative one), then frees
+/// before takes, then the buffer.
+fn event_key(t: f64, take: bool, i: usize) -> u128 {
+    let bits = t.to_bits();
+    let ordered = if bits >> 63 == 0 {
+        bits | 1 << 63
+    } else {
+        !bits
+    };
+    (u128::from(ordered) << 64) | (u128::from(take) << 63) | i as u128
+}
+
+/// The event of [`event_key`].
+fn event_of(key: u128) -> (f64, bool, usize) {
+    let ordered = (key >> 64) as u64;
+    let bits = if ordered >> 63 == 1 {
+        ordered & !(1 << 63)
+    } else {
+        !ordered
+    };
+    let low = key as u64;
+    (
+        f64::from_bits(bits),
+        low >> 63 == 1,
+        (low & !(1 << 63)) as usize,
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -161,6 +194,43 @@ mod tests {
             from_s,
             to_s,
         }
+    }
+
+    /// The integer keys sort as the events by time (`total_cmp`), frees
+    /// first, then buffer, and give the events back bit for bit: times of
+    /// both signs, zeros, infinities, subnormals and a NaN.
+    #[test]
+    fn event_keys_sort_as_the_events() {
+        let times = [
+            f64::NEG_INFINITY,
+            -3.5,
+            -f64::MIN_POSITIVE,
+            -0.0,
+            0.0,
+            5e-324,
+            1.0,
+            1.0 + f64::EPSILON,
+            1e300,
+            f64::INFINITY,
+            f64::NAN,
+        ];
+        let mut ev = Vec::new();
+        for (j, &t) in times.iter().enumerate() {
+            for take in [true, false] {
+                for i in [0usize, 1, 7, (1 << 40) + j] {
+                    ev.push((t, take, i));
+                }
+            }
+        }
+        let mut by_key: Vec<u128> = ev.iter().map(|&(t, k, i)| event_key(t, k, i)).collect();
+        by_key.sort_unstable();
+        let mut want = ev.clone();
+        want.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)).then(a.2.cmp(&b.2)));
+        let got: Vec<(f64, bool, usize)> = by_key.into_iter().map(event_of).collect();
+        let bits = |v: &[(f64, bool, usize)]| -> Vec<(u64, bool, usize)> {
+            v.iter().map(|&(t, k, i)| (t.to_bits(), k, i)).collect()
+        };
+        assert_eq!(bits(&got), bits(&want));
     }
 
     #[test]

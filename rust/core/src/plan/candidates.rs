@@ -221,9 +221,36 @@ pub(crate) fn start_times(s: &Schedule, op_time: &[f64]) -> Vec<f64> {
     out
 }
 
-/// The first position whose start time is at or after `t` (N if none).
-pub(crate) fn position_at(start: &[f64], t: f64) -> u32 {
-    start.partition_point(|&x| x < t).min(start.len() - 1) as u32
+/// The first position whose start time is at or after `t` (the last
+/// position if none), searched from position `from` on when the start
+/// before it is below `t` (then every earlier one is: the starts are
+/// non-decreasing); otherwise over all positions. A copy mostly ends a few
+/// ops after its producer: O(log d) reads near `from` for an answer d
+/// positions on ([`gallop`]), not O(log N) spread over the array.
+pub(crate) fn position_at_from(start: &[f64], from: usize, t: f64) -> u32 {
+    let below = |x: &f64| *x < t;
+    let at = match from.checked_sub(1).and_then(|p| start.get(p)) {
+        Some(x) if below(x) => gallop(start, from, below),
+        _ => start.partition_point(below),
+    };
+    at.min(start.len() - 1) as u32
+}
+
+/// `xs.partition_point(before)` for a `before` true on a prefix of `xs`
+/// that holds at every index below `from` (`from <= xs.len()`): steps of
+/// 1, 2, 4, ... from `from` until one lands where `before` fails, then a
+/// binary search within the last step. O(log d) for an answer d indices
+/// past `from`.
+pub(crate) fn gallop<T>(xs: &[T], from: usize, before: impl Fn(&T) -> bool) -> usize {
+    let n = xs.len();
+    let (mut lo, mut step) = (from, 1);
+    loop {
+        let to = (lo + step).min(n);
+        if to == n || !before(&xs[to - 1]) {
+            return lo + xs[lo..to].partition_point(before);
+        }
+        (lo, step) = (to, 2 * step);
+    }
 }
 
 #[cfg(test)]

@@ -185,7 +185,7 @@ impl Planner<'_> {
         for _ in 0..self.opts.max_rounds.max(1) {
             let (plan, v, chosen) = self.round(pool, ix, target, &floor, queue_check)?;
             if self.fits(&v) {
-                return Some(self.planned(plan, v, who));
+                return Some(self.planned_last(plan, v, who));
             }
             if v.peak_bytes <= budget {
                 break; // within the device budget, over the host's: more swaps will not help
@@ -208,7 +208,7 @@ impl Planner<'_> {
             let raised = budget.saturating_add(step.saturating_mul(k));
             let (plan, v, _) = self.round(pool, ix, raised, &floor, queue_check)?;
             if self.fits(&v) {
-                return Some(self.planned(plan, v, who));
+                return Some(self.planned_last(plan, v, who));
             }
             self.note_fail(v.peak_bytes, who);
         }
@@ -217,7 +217,9 @@ impl Planner<'_> {
 
     /// One greedy run at `target`, its plan and the simulator's verdict.
     /// Swap-ins are placed so queued copies still arrive in time; if that
-    /// holds too much memory, the triggers from the options are used.
+    /// holds too much memory, the triggers from the options are used. The
+    /// plan returned is the one the last `judge` call judged
+    /// ([`Planner::planned_last`]).
     pub(super) fn round(
         &self,
         pool: &Pool<'_>,

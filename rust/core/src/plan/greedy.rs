@@ -29,7 +29,7 @@
 
 use rustc_hash::{FxHashMap, FxHashSet};
 
-use super::candidates::{position_at, SwapCandidate};
+use super::candidates::{position_at_from, SwapCandidate};
 use super::d2h::D2hQueue;
 use super::feed::{plan_feed, Feed};
 use super::memtree::MemTree;
@@ -201,9 +201,12 @@ pub(crate) fn choose_indexed(
         if peak <= target as i64 {
             break;
         }
+        // The queued end of the last swap checked, when the check worked it
+        // out: the one taken is the last checked (`Stab::best`).
+        let mut ended: Option<f64> = None;
         let valid = |id: u32| match pool_id(ix_ns, pool, id) {
             Some(id) => {
-                let ok = valid(ctx, pool, &st, &chosen.swaps, id, p);
+                let ok = valid(ctx, pool, &st, &chosen.swaps, (id, p), &mut ended);
                 recompute_seen |= ok && id >= ns;
                 ok
             }
@@ -220,7 +223,7 @@ pub(crate) fn choose_indexed(
         };
         if id < ns {
             let mut o = pool.swaps[id].clone();
-            o.keep_until = queued_keep_until(ctx, &st, &o, &pool.cands[o.cand]);
+            o.keep_until = queued_keep_until(ctx, &st, &o, &pool.cands[o.cand], ended);
             apply_swap(
                 ctx,
                 &mut st,
@@ -282,16 +285,18 @@ fn index(ctx: &Ctx<'_>, pool: &Pool<'_>, lambda: f64) -> (Vec<(u32, u32, u32)>, 
 /// and, with the swap-outs chosen so far queued on the engine ahead of it,
 /// still have its original gone by `p` when `p` is in its first interval.
 /// A recompute's saved tensors must be free to take, and each input either
-/// unswapped or fed from its swap-in (`feed.rs`).
+/// unswapped or fed from its swap-in (`feed.rs`). `ended`: the swap's
+/// queued end when the check worked it out (`queued_end`), else `None`.
 fn valid(
     ctx: &Ctx<'_>,
     pool: &Pool<'_>,
     st: &State,
     swaps: &[SwapOpt],
-    id: usize,
-    p: usize,
+    (id, p): (usize, usize),
+    ended: &mut Option<f64>,
 ) -> bool {
     let ns = pool.swaps.len();
+    *ended = None;
     if id < ns {
         let t = pool.tensor_of_swap[id] as usize;
         if st.taken[t] || st.pinned[t] {
@@ -301,7 +306,7 @@ fn valid(
         if p > o.trigger() as usize {
             return true; // a later interval: the copy has long ended
         }
-        return !st.queue_check || queue_allows(ctx, st, o, &pool.cands[o.cand], p);
+        return !st.queue_check || queue_allows(ctx, st, o, &pool.cands[o.cand], p, ended);
     }
     let r = &pool.recomputes[id - ns];
     r.saved()
@@ -334,42 +339,60 @@ fn feed(
 
 /// Where the original of swap `o` may go with the chosen swap-outs queued
 /// ahead of it on the engine: after its last early read and the position
-/// at whose start its copy has ended.
-fn queued_keep_until(ctx: &Ctx<'_>, st: &State, o: &SwapOpt, c: &SwapCandidate) -> u32 {
+/// at whose start its copy has ended. `end`: [`queued_end`] when already
+/// worked out on this state.
+fn queued_keep_until(
+    ctx: &Ctx<'_>,
+    st: &State,
+    o: &SwapOpt,
+    c: &SwapCandidate,
+    end: Option<f64>,
+) -> u32 {
     if o.wait.is_some() {
         return o.keep_until; // the step waits for the copy at its release node
     }
+    debug_assert!(end.is_none_or(|e| e.to_bits() == queued_end(ctx, st, o, c).to_bits()));
+    let end = end.unwrap_or_else(|| queued_end(ctx, st, o, c));
+    let done = position_at_from(&ctx.start, c.produce as usize + 1, end);
+    o.keep_until.max(c.last_early).max(done.saturating_sub(1))
+}
+
+/// When the copy of swap `o` ends behind the swap-outs chosen so far on
+/// the engine, and no earlier than its floor.
+fn queued_end(ctx: &Ctx<'_>, st: &State, o: &SwapOpt, c: &SwapCandidate) -> f64 {
     let ready = ctx.start[c.produce as usize + 1];
-    let mut end = st
+    let end = st
         .d2h
         .end_if_added(c.produce as usize, ready, ctx.link.d2h(c.bytes));
-    if let Some(&f) = st.out_floor.get(o.cand) {
-        end = end.max(f);
+    match st.out_floor.get(o.cand) {
+        Some(&f) => end.max(f),
+        None => end,
     }
-    let done = position_at(&ctx.start, end);
-    o.keep_until.max(c.last_early).max(done.saturating_sub(1))
 }
 
 /// `p > queued_keep_until(ctx, st, o, c)` for a position `p < N`, without
 /// the binary search for the copy's end position: `p` is past the position
 /// where the copy ends exactly when `p` starts at or after that end (the
-/// starts are non-decreasing). The cheap bounds are checked first.
-fn queue_allows(ctx: &Ctx<'_>, st: &State, o: &SwapOpt, c: &SwapCandidate, p: usize) -> bool {
+/// starts are non-decreasing). The cheap bounds are checked first; the
+/// end, when worked out, goes to `ended`.
+fn queue_allows(
+    ctx: &Ctx<'_>,
+    st: &State,
+    o: &SwapOpt,
+    c: &SwapCandidate,
+    p: usize,
+    ended: &mut Option<f64>,
+) -> bool {
     if p <= o.keep_until as usize || p <= c.last_early as usize {
         return false;
     }
     if o.wait.is_some() {
         return true; // gone when its release node starts, wherever the copy ends
     }
-    let ready = ctx.start[c.produce as usize + 1];
-    let mut end = st
-        .d2h
-        .end_if_added(c.produce as usize, ready, ctx.link.d2h(c.bytes));
-    if let Some(&f) = st.out_floor.get(o.cand) {
-        end = end.max(f);
-    }
+    let end = queued_end(ctx, st, o, c);
+    *ended = Some(end);
     let allows = ctx.start[p] >= end;
-    debug_assert_eq!(allows, p > queued_keep_until(ctx, st, o, c) as usize);
+    debug_assert_eq!(allows, p > queued_keep_until(ctx, st, o, c, None) as usize);
     allows
 }
 

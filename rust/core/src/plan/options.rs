@@ -23,7 +23,7 @@
 //! O(log N) per swap option (binary searches on `start`), O(size of the unit
 //! + its inputs) per recompute option.
 
-use super::candidates::{position_at, SwapCandidate};
+use super::candidates::{position_at_from, SwapCandidate};
 use super::tried::{Reuse, Tried};
 use super::trigger::{clone_splits_chain, regrouped, safe_trigger, safe_trigger_sorted};
 use crate::graph::{Graph, NodeFlags, Phase};
@@ -137,7 +137,7 @@ pub(crate) fn swap_option(
 ) -> Option<SwapOpt> {
     let out_start = ctx.start[c.produce as usize + 1];
     let d_out = ctx.link.d2h(c.bytes);
-    let out_done = position_at(&ctx.start, out_start + d_out);
+    let out_done = position_at_from(&ctx.start, c.produce as usize + 1, out_start + d_out);
     let keep_until = c.last_early.max(out_done.saturating_sub(1));
     placed_swap(ctx, cand, c, keep_until, split_all)
 }

@@ -198,6 +198,9 @@ pub struct Planned {
     pub strategy: String,
     /// Simulations run.
     pub evaluations: u32,
+    /// The stamp of the judge's whole answer on `plan` when the planner
+    /// made this right after judging `plan` afresh ([`Planner::times_of`]).
+    pub(crate) judged_as: Option<u64>,
 }
 
 /// Everything the strategies share: options built once, the judge.
@@ -214,9 +217,16 @@ pub struct Planner<'a> {
     pub(super) evals: std::cell::Cell<u32>,
     /// Every plan judged so far, with its verdict (`judge`).
     pub(super) judged: std::cell::RefCell<Vec<(Plan, SimResult)>>,
-    /// The judge's whole answer on the last plan of `judged`: with the
-    /// per-op and per-copy times when it gave them ([`Planner::times_of`]).
-    pub(super) last_answer: std::cell::RefCell<Option<SimResult>>,
+    /// The judge's whole answer on the last plan of `judged`, with its
+    /// stamp: with the per-op and per-copy times when it gave them
+    /// ([`Planner::times_of`]).
+    pub(super) last_answer: std::cell::RefCell<Option<(u64, SimResult)>>,
+    /// Answers the judge gave: the stamp of the next is one more. Never
+    /// wound back, so that no two answers share a stamp.
+    pub(super) answers: std::cell::Cell<u64>,
+    /// The stamp of the answer on the plan of the last `judge` call, when
+    /// that call simulated it (`None`: it was judged before).
+    pub(super) last_judge: std::cell::Cell<Option<u64>>,
     pub(super) tflms_memo: std::cell::OnceCell<Option<Planned>>,
     pub(super) best_fail: std::cell::Cell<(u64, &'static str)>,
     /// Smallest host peak of a plan within the device budget but over the
@@ -273,6 +283,8 @@ impl<'a> Planner<'a> {
             evals: 0.into(),
             judged: Default::default(),
             last_answer: Default::default(),
+            answers: 0.into(),
+            last_judge: None.into(),
             tflms_memo: std::cell::OnceCell::new(),
             best_fail: (u64::MAX, "").into(),
             best_host: u64::MAX.into(),
@@ -291,6 +303,7 @@ impl<'a> Planner<'a> {
     /// again. O(plans judged * plan size) to look it up (the plans judged
     /// are the evaluations, a few dozen), plus O(simulate) for a new one.
     pub(super) fn judge(&self, plan: &Plan) -> Result<SimResult> {
+        self.last_judge.set(None);
         if let Some((_, v)) = self.judged.borrow().iter().find(|(p, _)| p == plan) {
             return Ok(v.clone());
         }
@@ -298,22 +311,39 @@ impl<'a> Planner<'a> {
         let answer = (self.judge)(plan)?;
         let v = answer.to_summary();
         self.judged.borrow_mut().push((plan.clone(), v.clone()));
-        *self.last_answer.borrow_mut() = Some(answer);
+        let stamp = self.answers.get() + 1;
+        self.answers.set(stamp);
+        self.last_judge.set(Some(stamp));
+        *self.last_answer.borrow_mut() = Some((stamp, answer));
         Ok(v)
     }
 
-    /// The per-op and per-copy times the judge gave for `plan`
-    /// ([`Detail::Times`](crate::simulate::Detail::Times) or more), when
-    /// `plan` is the last plan this planner judged: release placement reads
-    /// them (`api.rs`) instead of simulating the chosen plan again. `None`
-    /// otherwise (a plan judged earlier, a judge that gave a summary). Once
-    /// only: the answer is handed over. O(plan size) to compare the plans.
-    pub fn times_of(&self, plan: &Plan) -> Option<SimResult> {
-        let last = self.judged.borrow().last().map(|(p, _)| p == plan);
-        if last != Some(true) {
+    /// The per-op and per-copy times the judge gave for the plan of
+    /// `planned` ([`Detail::Times`](crate::simulate::Detail::Times) or
+    /// more), when that is the last plan this planner judged: release
+    /// placement reads them (`api.rs`) instead of simulating the chosen
+    /// plan again. `None` otherwise (a plan judged earlier, a judge that
+    /// gave a summary). Once only: the answer is handed over. O(1) when the
+    /// planner made `planned` right after judging its plan
+    /// (`Planned::judged_as` is the answer's stamp: the plan of a
+    /// `Planned` is not changed after), else O(plan size) to compare the
+    /// plans.
+    pub fn times_of(&self, planned: &Planned) -> Option<SimResult> {
+        let mut kept = self.last_answer.borrow_mut();
+        let stamp = kept.as_ref().map(|(stamp, _)| *stamp);
+        let last = if stamp.is_some() && planned.judged_as == stamp {
+            debug_assert!(
+                self.judged.borrow().last().map(|(p, _)| p) == Some(&planned.plan),
+                "the plan of a Planned changed after it was judged"
+            );
+            true
+        } else {
+            self.judged.borrow().last().map(|(p, _)| p) == Some(&planned.plan)
+        };
+        if !last {
             return None;
         }
-        let answer = self.last_answer.borrow_mut().take()?;
+        let (_, answer) = kept.take()?;
         (!answer.op_start.is_empty()).then_some(answer)
     }
 
@@ -386,6 +416,17 @@ impl<'a> Planner<'a> {
             verdict,
             strategy: strategy.into(),
             evaluations: self.evals.get(),
+            judged_as: None,
+        }
+    }
+
+    /// [`Planner::planned`] for `plan` the plan of the last `judge` call:
+    /// stamped with the answer on it when that call simulated it
+    /// ([`Planner::times_of`]).
+    pub(super) fn planned_last(&self, plan: Plan, verdict: SimResult, strategy: &str) -> Planned {
+        Planned {
+            judged_as: self.last_judge.get(),
+            ..self.planned(plan, verdict, strategy)
         }
     }
 

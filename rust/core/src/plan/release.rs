@@ -85,6 +85,14 @@ pub(crate) fn set_releases(g: &Graph, s: &Schedule, plan: &mut Plan, sim: &SimRe
         })
         .collect();
     by_lo.sort_unstable();
+    // The answer of `first_not_before(lo, end)` is max(lo, P(end)), P(end)
+    // the first position starting at or after `end` in the whole schedule
+    // (starts are non-decreasing along it), and P grows with `end`. So the
+    // last answer `prev` = max(lo', P(end')) with lo' <= lo bounds this
+    // one from below when `end' <= end`: the search starts there. Copies
+    // queued on one engine end in the order they start, so consecutive
+    // searches mostly start at or next to their answer.
+    let (mut prev_end, mut prev) = (f64::NEG_INFINITY, 0usize);
     for (at, k) in by_lo {
         let k = k as usize;
         let sw = &mut plan.swaps[k];
@@ -97,7 +105,10 @@ pub(crate) fn set_releases(g: &Graph, s: &Schedule, plan: &mut Plan, sim: &SimRe
         if lo >= n {
             continue;
         }
-        let first = first_not_before(&s.order, &sim.op_start, lo, end);
+        let from = if end >= prev_end { lo.max(prev) } else { lo };
+        let first = first_not_before(&s.order, &sim.op_start, from, end);
+        debug_assert_eq!(first, first_not_before(&s.order, &sim.op_start, lo, end));
+        (prev_end, prev) = (end, first);
         let forward = g.phase.get(x as usize) == Some(&Phase::Forward);
         let waited = match sw.ins.first() {
             Some(i) if !forward => waited_for(g, s, &i.consumers, first),
@@ -139,16 +150,7 @@ pub(crate) fn waits(plan: &Plan, sim: &SimResult) -> bool {
 /// search costs O(log d) for an answer d positions on, not O(log N) random
 /// reads of `op_start`.
 fn first_not_before(order: &[u32], op_start: &[f64], lo: usize, end: f64) -> usize {
-    let before = |v: &u32| op_start[*v as usize] < end;
-    let n = order.len();
-    let (mut from, mut step) = (lo, 1);
-    loop {
-        let to = (from + step).min(n);
-        if to == n || !before(&order[to - 1]) {
-            return from + order[from..to].partition_point(before);
-        }
-        (from, step) = (to, 2 * step);
-    }
+    super::candidates::gallop(order, lo, |v| op_start[*v as usize] < end)
 }
 
 /// The release node and gate for a swap of a forward tensor made by `x`

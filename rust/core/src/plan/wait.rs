@@ -82,7 +82,7 @@ impl Planner<'_> {
         for _ in 0..STEPS {
             let (plan, v, chosen) = self.round(pool, ix, target, &[], false)?;
             if self.fits(&v) {
-                return Some(self.planned(plan, v, who));
+                return Some(self.planned_last(plan, v, who));
             }
             self.note_fail(v.peak_bytes, who);
             if v.peak_bytes <= self.opts.budget || chosen.model_peak > target {

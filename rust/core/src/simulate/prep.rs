@@ -320,7 +320,9 @@ impl Prep {
         self.redirect.reserve(n);
         // Per trigger: the swap-in listed last, and the stream item after
         // which its copy can start.
-        let mut last_in: FxHashMap<u32, (u32, u32)> = FxHashMap::default();
+        let n_ins = plan.swaps.iter().map(|s| s.ins.len()).sum::<usize>();
+        let mut last_in: FxHashMap<u32, (u32, u32)> =
+            FxHashMap::with_capacity_and_hasher(n_ins, Default::default());
         for (k, sw) in plan.swaps.iter().enumerate() {
             check_node(g, sw.after, What::Swap(k))?;
             let prod = g.tensors[sw.tensor as usize].node;
@@ -550,7 +552,10 @@ impl Prep {
 }
 
 fn check_tensors(g: &Graph, plan: &Plan) -> Result<()> {
-    let mut swapped: FxHashMap<u32, usize> = FxHashMap::default();
+    // One bit per tensor: a plan of S swaps sets S of them (O(T / 64)
+    // words zeroed, no hashing per swap); the first swap of a tensor found
+    // twice is looked up only then.
+    let mut swapped = vec![0u64; g.num_tensors().div_ceil(64)];
     for (k, sw) in plan.swaps.iter().enumerate() {
         let t = sw.tensor;
         if t as usize >= g.num_tensors() {
@@ -565,12 +570,15 @@ fn check_tensors(g: &Graph, plan: &Plan) -> Result<()> {
                 g.tensor_name(t)
             )));
         }
-        if let Some(j) = swapped.insert(t, k) {
+        let (word, bit) = (t as usize / 64, 1u64 << (t % 64));
+        if swapped[word] & bit != 0 {
+            let j = (plan.swaps.iter().position(|s| s.tensor == t)).unwrap_or(k);
             return Err(invalid(format!(
                 "tensor '{}' is swapped twice (swaps {j} and {k}): give it one swap with several swap-ins",
                 g.tensor_name(t)
             )));
         }
+        swapped[word] |= bit;
     }
     Ok(())
 }

@@ -74,11 +74,18 @@ impl Sim<'_> {
         let bufs: Vec<crate::host::HostBuffer> = (0..self.n_swaps)
             .map(|k| {
                 let (lo, hi) = (self.p.in_base[k] as usize, self.p.in_base[k + 1] as usize);
-                let ends: Vec<f64> = ins[lo..hi].iter().map(|x| x.end).collect();
+                // `host::last_end` of the swap-ins' ends, without a list of them.
+                let to_s = if lo == hi {
+                    step
+                } else {
+                    ins[lo..hi]
+                        .iter()
+                        .fold(f64::NEG_INFINITY, |m, x| m.max(x.end))
+                };
                 crate::host::HostBuffer {
                     bytes: outs[k].bytes as u64,
                     from_s: outs[k].start,
-                    to_s: crate::host::last_end(&ends, step),
+                    to_s,
                 }
             })
             .collect();
