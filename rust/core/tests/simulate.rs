@@ -501,7 +501,7 @@ fn invalid_plans_are_rejected() {
         swaps: vec![ok.clone(), ok.clone()],
         recomputes: vec![],
     };
-    rejects(&a, &twice, "swapped twice");
+    rejects(&a, &twice, "swapped twice (swaps 0 and 1)");
     let rc = |nodes: &[&str], trigger: &str, cons: &[&str]| Recompute {
         nodes: nodes.iter().map(|n| id(&a, n)).collect(),
         trigger: id(&a, trigger),

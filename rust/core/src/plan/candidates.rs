@@ -255,6 +255,22 @@ pub(crate) fn gallop<T>(xs: &[T], from: usize, before: impl Fn(&T) -> bool) -> u
 
 #[cfg(test)]
 mod tests {
+    /// The galloping search from a position answers as the search over
+    /// all positions, from every position (those whose start before is not
+    /// below the time fall back), for times before, on, between and after
+    /// starts with runs of equal values.
+    #[test]
+    fn position_at_from_is_the_search_over_all_positions() {
+        let start = [0.0, 0.0, 1.0, 1.0, 1.0, 2.5, 4.0, 4.0, 7.0, 9.0];
+        let all = |t: f64| start.partition_point(|&x| x < t).min(start.len() - 1) as u32;
+        for k in -2..=20 {
+            let t = k as f64 / 2.0;
+            for from in 0..=start.len() {
+                assert_eq!(position_at_from(&start, from, t), all(t), "{from} {t}");
+            }
+        }
+    }
+
     use super::*;
     use crate::build::{build, BuildOptions, NodeSpec, OutSpec, Shape};
     use crate::dtype::DType;
