@@ -237,6 +237,25 @@ pub(crate) fn position_at_from(start: &[f64], from: usize, t: f64) -> u32 {
 }
 
 /// `xs.partition_point(before)` for a `before` true on a prefix of `xs`
+/// that fails at every index from `to` on (`to <= xs.len()`): steps of 1,
+/// 2, 4, ... down from `to` until one lands where `before` holds, then a
+/// binary search within the last step. O(log d) for an answer d indices
+/// below `to`.
+pub(crate) fn gallop_down<T>(xs: &[T], to: usize, before: impl Fn(&T) -> bool) -> usize {
+    let (mut hi, mut step) = (to, 1);
+    loop {
+        let lo = hi.saturating_sub(step);
+        if lo == 0 {
+            return xs[..hi].partition_point(before);
+        }
+        if before(&xs[lo]) {
+            return lo + 1 + xs[lo + 1..hi].partition_point(before);
+        }
+        (hi, step) = (lo, 2 * step);
+    }
+}
+
+/// `xs.partition_point(before)` for a `before` true on a prefix of `xs`
 /// that holds at every index below `from` (`from <= xs.len()`): steps of
 /// 1, 2, 4, ... from `from` until one lands where `before` fails, then a
 /// binary search within the last step. O(log d) for an answer d indices
@@ -259,6 +278,20 @@ mod tests {
     /// all positions, from every position (those whose start before is not
     /// below the time fall back), for times before, on, between and after
     /// starts with runs of equal values.
+    /// Galloping down from every bound at or above the answer finds the
+    /// partition point, for every threshold.
+    #[test]
+    fn gallop_down_is_the_partition_point() {
+        let xs = [0.0, 0.0, 1.0, 1.0, 1.0, 2.5, 4.0, 4.0, 7.0, 9.0];
+        for k in -2..=20 {
+            let t = k as f64 / 2.0;
+            let want = xs.partition_point(|&x| x <= t);
+            for to in want..=xs.len() {
+                assert_eq!(gallop_down(&xs, to, |&x| x <= t), want, "{to} {t}");
+            }
+        }
+    }
+
     #[test]
     fn position_at_from_is_the_search_over_all_positions() {
         let start = [0.0, 0.0, 1.0, 1.0, 1.0, 2.5, 4.0, 4.0, 7.0, 9.0];

@@ -14,9 +14,11 @@
 //! loop tightens the target when memory grows past the budget.
 //!
 //! # Complexity
-//! O(S log S) for the sort plus O(log N + W) per swap-in.
+//! O(S log S) for the sort plus O(log d + W) per swap-in, d the positions
+//! between its copy's start and the one before (the starts are searched
+//! galloping down from the last answer), W the trigger's walk.
 
-use super::candidates::SwapCandidate;
+use super::candidates::{gallop_down, SwapCandidate};
 use super::options::{Ctx, SwapOpt};
 use super::trigger::safe_trigger;
 
@@ -40,12 +42,22 @@ pub(crate) fn place_swap_ins(ctx: &Ctx<'_>, cands: &[SwapCandidate], swaps: &mut
     }
     all.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)).then(a.2.cmp(&b.2)));
     let mut next_start = f64::INFINITY;
+    // The starts at or before the last `begin`: the begins never grow (each
+    // is at most the one before less a copy's time), so neither does this,
+    // and each search gallops down from the last answer, over the
+    // positions just before it.
+    let mut at_or_before = ctx.start.len();
     for (deadline, i, k) in all {
         let c = &cands[swaps[i].cand];
         let begin = deadline.min(next_start) - ctx.link.h2d(c.bytes);
+        if !(begin <= next_start) {
+            at_or_before = ctx.start.len(); // a negative copy time: search it all
+        }
         next_start = begin;
         // Latest q whose op ends by `begin`: start[q + 1] <= begin.
-        let q = ctx.start.partition_point(|&x| x <= begin) as i64 - 2;
+        at_or_before = gallop_down(&ctx.start, at_or_before, |&x| x <= begin);
+        debug_assert_eq!(at_or_before, ctx.start.partition_point(|&x| x <= begin));
+        let q = at_or_before as i64 - 2;
         let lowest = match k {
             0 => swaps[i].keep_until + 1,
             _ => c.late[swaps[i].ins[k - 1].hi - 1].0 + 1,

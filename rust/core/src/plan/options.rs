@@ -20,10 +20,12 @@
 //! judges the finished plan.
 //!
 //! # Complexity
-//! O(log N) per swap option (binary searches on `start`), O(size of the unit
+//! O(log d) per swap option and swap-in (searches on `start` galloping from
+//! the producer up, from the first late reader down, d the positions to the
+//! answer; O(log N) where the op there takes no time), O(size of the unit
 //! + its inputs) per recompute option.
 
-use super::candidates::{position_at_from, SwapCandidate};
+use super::candidates::{gallop_down, position_at_from, SwapCandidate};
 use super::tried::{Reuse, Tried};
 use super::trigger::{clone_splits_chain, regrouped, safe_trigger, safe_trigger_sorted};
 use crate::graph::{Graph, NodeFlags, Phase};
@@ -244,7 +246,14 @@ fn place_in(
     }
     let need = ctx.start[first as usize] - d_in;
     // Latest q with start[q + 1] <= need, i.e. q + 1 = (first index > need) - 1.
-    let latest = ctx.start.partition_point(|&x| x <= need) as i64 - 2;
+    // The copy is due at `first`: when it takes time, no start from there on
+    // is at or before `need`, and the search gallops down from there.
+    let at_or_before = if ctx.start[first as usize] > need {
+        gallop_down(&ctx.start, first as usize, |&x| x <= need)
+    } else {
+        ctx.start.partition_point(|&x| x <= need)
+    };
+    let latest = at_or_before as i64 - 2;
     let ideal = latest.max(i64::from(lowest)).min(i64::from(first) - 1) as u32;
     let consumers: Vec<u32> = c.late[lo..hi].iter().map(|&(_, n)| n).collect();
     let trigger = safe_trigger(ctx.g, ctx.s, ideal, lowest, &consumers)?;
