@@ -75,6 +75,8 @@ pub(super) struct Prep {
     pub(super) clone_in: Vec<Src>,
     /// Tensor of each swap-in; first swap-in of each swap (len S + 1).
     pub(super) in_tensor: Vec<u32>,
+    /// The swap of each swap-in (`in_base` inverted).
+    pub(super) in_swap: Vec<u32>,
     pub(super) in_base: Vec<u32>,
     /// The swap-in whose copy each swap-in's copy waits for (`follows`),
     /// and the one waiting for it (NONE: none).
@@ -233,6 +235,7 @@ impl Prep {
             clone_in_off: vec![0],
             clone_in: Vec::new(),
             in_tensor: Vec::new(),
+            in_swap: Vec::new(),
             in_base: vec![0],
             in_pred: Vec::new(),
             in_succ: Vec::new(),
@@ -402,6 +405,7 @@ impl Prep {
             self.add_cand(c, t, Src::In(i), avail);
         }
         self.in_tensor.push(t);
+        self.in_swap.push(self.in_base.len() as u32 - 1);
         self.fires.push((trig, Fire::Trigger(i)));
         Ok(())
     }

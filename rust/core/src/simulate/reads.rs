@@ -65,7 +65,7 @@ pub(crate) fn stream_items(g: &Graph, s: &Schedule, plan: &Plan) -> Result<Vec<S
         match src {
             Src::Orig(t) => Read::Original { tensor: t },
             Src::In(i) => {
-                let swap = p.in_base.partition_point(|&b| b <= i) as u32 - 1;
+                let swap = p.in_swap[i as usize];
                 Read::SwapIn {
                     tensor: t,
                     swap,

@@ -357,7 +357,7 @@ impl<'a> Sim<'a> {
     }
 
     pub(super) fn swap_of_in(&self, i: u32) -> usize {
-        self.p.in_base.partition_point(|&b| b <= i) - 1
+        self.p.in_swap[i as usize] as usize
     }
 
     /// One link step; starts the swap-ins whose swap-out just ended.
