@@ -50,7 +50,7 @@ pub(crate) fn place_swap_ins(ctx: &Ctx<'_>, cands: &[SwapCandidate], swaps: &mut
     for (deadline, i, k) in all {
         let c = &cands[swaps[i].cand];
         let begin = deadline.min(next_start) - ctx.link.h2d(c.bytes);
-        if !(begin <= next_start) {
+        if begin.is_nan() || next_start.is_nan() || begin > next_start {
             at_or_before = ctx.start.len(); // a negative copy time: search it all
         }
         next_start = begin;
