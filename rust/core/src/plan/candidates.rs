@@ -274,10 +274,10 @@ pub(crate) fn gallop<T>(xs: &[T], from: usize, before: impl Fn(&T) -> bool) -> u
 
 #[cfg(test)]
 mod tests {
-    /// The galloping search from a position answers as the search over
-    /// all positions, from every position (those whose start before is not
-    /// below the time fall back), for times before, on, between and after
-    /// starts with runs of equal values.
+    use super::*;
+    use crate::build::{build, BuildOptions, NodeSpec, OutSpec, Shape};
+    use crate::dtype::DType;
+
     /// Galloping down from every bound at or above the answer finds the
     /// partition point, for every threshold.
     #[test]
@@ -292,6 +292,10 @@ mod tests {
         }
     }
 
+    /// The galloping search from a position answers as the search over
+    /// all positions, from every position (those whose start before is not
+    /// below the time fall back), for times before, on, between and after
+    /// starts with runs of equal values.
     #[test]
     fn position_at_from_is_the_search_over_all_positions() {
         let start = [0.0, 0.0, 1.0, 1.0, 1.0, 2.5, 4.0, 4.0, 7.0, 9.0];
@@ -303,10 +307,6 @@ mod tests {
             }
         }
     }
-
-    use super::*;
-    use crate::build::{build, BuildOptions, NodeSpec, OutSpec, Shape};
-    use crate::dtype::DType;
 
     /// `m1 = s * x` read only by `m2 = m1 * c7` after a long gap: Grappler
     /// regroups the chain, so `m1` is no candidate; `a`, read across the

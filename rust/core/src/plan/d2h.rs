@@ -79,8 +79,9 @@ impl D2hQueue {
         s
     }
 
-    /// [`Self::raise`]`(p, v)`, then [`Self::add_range`]`(p + 1, d)` when
-    /// `p + 1 < len`, in one walk down and one up: the range add's path is
+    /// `raise(p, v)`, then `add_range(p + 1, d)` when `p + 1 < len` (the
+    /// two walks, kept for the test that compares them), in one walk down
+    /// and one up: the range add's path is
     /// the start of `p`'s (it ends at the node splitting `p` from `p + 1`)
     /// and changes only right children off `p`'s path, each after the
     /// pending add pushed to it, as the two walks do one after the other;
