@@ -423,8 +423,9 @@ struct CorePlan {
     report: core::schema::PlanReport,
     /// The report's JSON, written when first asked for.
     report_json: std::sync::OnceLock<String>,
-    /// The plan's swaps as the write-back takes them (`write_swaps` given this plan).
-    swaps: Vec<core::writeback::Swap>,
+    /// The plan's swaps as the write-back takes them (`write_swaps` given
+    /// this plan), made when first asked for: `plan` alone never needs them.
+    swaps: std::sync::OnceLock<Vec<core::writeback::Swap>>,
     timelines: [(Vec<f64>, Vec<u64>); 2],
     /// Planned step's stream events: kind (0 op, 1 clone, 2 swap-out, 3 swap-in), start, end.
     events: (Vec<u8>, Vec<f64>, Vec<f64>),
@@ -522,7 +523,8 @@ fn split_timeline(tl: &[(f64, u64)]) -> (Vec<f64>, Vec<u64>) {
 
 impl CorePlan {
     /// The report, with the scratch rule planned with, and the simulations
-    /// (the report's JSON is written when first asked for).
+    /// (the report's JSON and the write-back's swaps are made when first
+    /// asked for).
     fn of(
         mut report: core::schema::PlanReport,
         workspace: Option<String>,
@@ -531,7 +533,7 @@ impl CorePlan {
     ) -> Self {
         report.workspace = workspace;
         CorePlan {
-            swaps: report.swaps.iter().map(Into::into).collect(),
+            swaps: std::sync::OnceLock::new(),
             report,
             report_json: std::sync::OnceLock::new(),
             timelines: [
@@ -1032,7 +1034,12 @@ fn write_swaps<'py>(
     use core::writeback::{self as wb, NodeIndex, Target};
     let given;
     let swaps: &[wb::Swap] = match swaps.cast::<CorePlan>() {
-        Ok(planned) => &planned.get().swaps,
+        Ok(planned) => {
+            let planned = planned.get();
+            planned
+                .swaps
+                .get_or_init(|| planned.report.swaps.iter().map(Into::into).collect())
+        }
         Err(_) => {
             given = plan_swaps(swaps)?;
             &given
