@@ -160,7 +160,8 @@ struct Searched {
     /// Swap and recompute options built (`Planner::num_options`).
     options: (usize, usize),
     /// The plan's simulation from its verdict (in full or at
-    /// [`Detail::Times`]), when the planner kept it ([`Planner::times_of`]).
+    /// [`Detail::Times`]), when the planner kept it
+    /// ([`Planner::run_with_times`]).
     times: Option<SimResult>,
 }
 
@@ -244,7 +245,7 @@ impl<'a> Sims<'a> {
     /// are simulated at [`Detail::Times`] (the timeline and events of each
     /// cost 10% more over the 212 plans `hybrid` judges at 0.25 x peak on
     /// `mixed:1e5`). The planner keeps the answer on the last plan it
-    /// judged ([`Planner::times_of`]), which release placement reads when
+    /// judged ([`Planner::run_with_times`]), which release placement reads when
     /// that plan is chosen.
     fn verdict(&self, p: &Plan) -> Result<SimResult> {
         if p.swaps.is_empty() && p.recomputes.is_empty() {
@@ -274,9 +275,9 @@ fn search(
     let ctx = Ctx::new(a, times, dev);
     let judge = |p: &Plan| sims.verdict(p);
     let planner = Planner::new(&ctx, opts, &judge)?;
-    let planned: Planned = planner.run()?;
+    let (planned, times): (Planned, _) = planner.run_with_times()?;
     Ok(Searched {
-        times: planner.times_of(&planned),
+        times,
         plan: planned.plan,
         strategy: planned.strategy,
         evaluations: planned.evaluations,

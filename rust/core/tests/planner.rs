@@ -492,9 +492,10 @@ fn hybrid_waits_for_copies_a_slow_link_cannot_hide() {
 }
 
 /// The planner keeps the judge's whole answer on the last plan it judged:
-/// `times_of` hands it over for that plan (the times release placement
-/// reads, equal to a fresh simulation's), once, and never for another plan
-/// or when the judge gave a summary.
+/// `run_with_times` hands it over with the chosen plan, and `times_of` for
+/// that plan (the times release placement reads, equal to a fresh
+/// simulation's), once, and never for another plan or when the judge gave
+/// a summary.
 #[test]
 fn the_last_plan_judged_keeps_its_times() {
     use hybridplan_core::api::op_times;
@@ -517,14 +518,8 @@ fn the_last_plan_judged_keeps_its_times() {
     for detail in [Detail::Times, Detail::Summary] {
         let judge = |p: &Plan| sim.borrow_mut().run(p, detail);
         let planner = Planner::new(&ctx, &opts, &judge).unwrap();
-        let planned = planner.run().unwrap();
+        let (planned, kept) = planner.run_with_times().unwrap();
         assert!(!planned.plan.swaps.is_empty());
-        let other = planner.run().unwrap(); // the same plan, judged before: no stamp
-        assert_eq!(other.plan, planned.plan);
-        let mut empty = other.clone();
-        empty.plan = Plan::default();
-        assert!(planner.times_of(&empty).is_none());
-        let kept = planner.times_of(&planned);
         if detail == Detail::Summary {
             assert!(kept.is_none(), "a summary has no times");
             continue;
@@ -533,7 +528,16 @@ fn the_last_plan_judged_keeps_its_times() {
         let fresh = sim.borrow_mut().run(&planned.plan, Detail::Times).unwrap();
         assert_eq!(kept, fresh);
         assert_eq!(kept.to_summary(), planned.verdict);
-        assert!(planner.times_of(&planned).is_none(), "handed over once");
+        assert!(
+            planner.times_of(&planned.plan).is_none(),
+            "handed over once"
+        );
+        // A second planner on the same judge: `times_of` finds the answer
+        // on the plan by comparing it.
+        let again = Planner::new(&ctx, &opts, &judge).unwrap();
+        let planned = again.run().unwrap();
+        assert!(again.times_of(&Plan::default()).is_none(), "another plan");
+        assert_eq!(again.times_of(&planned.plan), Some(fresh));
     }
 }
 

@@ -199,7 +199,8 @@ pub struct Planned {
     /// Simulations run.
     pub evaluations: u32,
     /// The stamp of the judge's whole answer on `plan` when the planner
-    /// made this right after judging `plan` afresh ([`Planner::times_of`]).
+    /// made this right after judging `plan` afresh
+    /// ([`Planner::run_with_times`]).
     pub(crate) judged_as: Option<u64>,
 }
 
@@ -318,39 +319,47 @@ impl<'a> Planner<'a> {
         Ok(v)
     }
 
-    /// The per-op and per-copy times the judge gave for the plan of
-    /// `planned` ([`Detail::Times`](crate::simulate::Detail::Times) or
-    /// more), when that is the last plan this planner judged: release
-    /// placement reads them (`api.rs`) instead of simulating the chosen
-    /// plan again. `None` otherwise (a plan judged earlier, a judge that
-    /// gave a summary). Once only: the answer is handed over. O(1) when the
-    /// planner made `planned` right after judging its plan
-    /// (`Planned::judged_as` is the answer's stamp, and the plan has as many
-    /// swaps and recomputes as the one judged: the plan of a `Planned` is
-    /// not changed after, which debug builds check in full), else O(plan
-    /// size) to compare the plans.
-    pub fn times_of(&self, planned: &Planned) -> Option<SimResult> {
-        let mut kept = self.last_answer.borrow_mut();
-        let stamp = kept.as_ref().map(|(stamp, _)| *stamp);
-        let judged = self.judged.borrow();
-        let last_plan = judged.last().map(|(p, _)| p);
-        let sizes = |p: &Plan| (p.swaps.len(), p.recomputes.len());
-        let last = if stamp.is_some()
-            && planned.judged_as == stamp
-            && last_plan.map(sizes) == Some(sizes(&planned.plan))
-        {
-            debug_assert!(
-                last_plan == Some(&planned.plan),
-                "the plan of a Planned changed after it was judged"
-            );
-            true
-        } else {
-            last_plan == Some(&planned.plan)
-        };
-        if !last {
+    /// The per-op and per-copy times the judge gave for `plan`
+    /// ([`Detail::Times`](crate::simulate::Detail::Times) or more), when
+    /// `plan` is the last plan this planner judged: release placement reads
+    /// them (`api.rs`) instead of simulating the chosen plan again. `None`
+    /// otherwise (a plan judged earlier, a judge that gave a summary). Once
+    /// only: the answer is handed over. O(plan size) to compare the plans;
+    /// [`Planner::run_with_times`] hands the chosen plan's over without.
+    pub fn times_of(&self, plan: &Plan) -> Option<SimResult> {
+        let last = self.judged.borrow().last().map(|(p, _)| p == plan);
+        if last != Some(true) {
             return None;
         }
-        let (_, answer) = kept.take()?;
+        self.take_times()
+    }
+
+    /// [`Planner::run`], with [`Planner::times_of`] the returned plan. O(1)
+    /// for that when the budget loop returned the plan right after judging
+    /// it: the plan then carries the stamp of the last answer
+    /// (`Planned::judged_as`) and nothing has changed it since (it has not
+    /// left the planner; debug builds compare it in full); else O(plan size).
+    ///
+    /// # Errors
+    /// As [`Planner::run`].
+    pub fn run_with_times(&self) -> Result<(Planned, Option<SimResult>)> {
+        let planned = self.run()?;
+        let stamp = self.last_answer.borrow().as_ref().map(|(stamp, _)| *stamp);
+        let times = if stamp.is_some() && planned.judged_as == stamp {
+            debug_assert!(
+                self.judged.borrow().last().map(|(p, _)| p) == Some(&planned.plan),
+                "the chosen plan is not the last one judged"
+            );
+            self.take_times()
+        } else {
+            self.times_of(&planned.plan)
+        };
+        Ok((planned, times))
+    }
+
+    /// The last answer, handed over, when it has per-op times.
+    fn take_times(&self) -> Option<SimResult> {
+        let (_, answer) = self.last_answer.borrow_mut().take()?;
         (!answer.op_start.is_empty()).then_some(answer)
     }
 
