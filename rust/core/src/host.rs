@@ -69,18 +69,19 @@ pub(crate) fn host_buffers(g: &Graph, plan: &Plan, sim: &SimResult) -> Vec<HostB
             HostBuffer {
                 bytes: g.tensors[s.tensor as usize].value_bytes,
                 from_s: sim.swap_out_start[i],
-                to_s: last_end(ends, sim.step_time_s),
+                to_s: last_end(ends.iter().copied(), sim.step_time_s),
             }
         })
         .collect()
 }
 
 /// The latest of `ends`, or `otherwise` when there is none.
-pub(crate) fn last_end(ends: &[f64], otherwise: f64) -> f64 {
-    if ends.is_empty() {
+pub(crate) fn last_end(ends: impl IntoIterator<Item = f64>, otherwise: f64) -> f64 {
+    let mut ends = ends.into_iter().peekable();
+    if ends.peek().is_none() {
         otherwise
     } else {
-        ends.iter().copied().fold(f64::NEG_INFINITY, f64::max)
+        ends.fold(f64::NEG_INFINITY, f64::max)
     }
 }
 
@@ -258,7 +259,7 @@ mod tests {
 
     #[test]
     fn last_end_of_none_is_the_step_end() {
-        assert_eq!(last_end(&[], 5.0), 5.0);
-        assert_eq!(last_end(&[1.0, 3.0, 2.0], 5.0), 3.0);
+        assert_eq!(last_end([], 5.0), 5.0);
+        assert_eq!(last_end([1.0, 3.0, 2.0], 5.0), 3.0);
     }
 }

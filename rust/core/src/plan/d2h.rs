@@ -80,8 +80,8 @@ impl D2hQueue {
     }
 
     /// `raise(p, v)`, then `add_range(p + 1, d)` when `p + 1 < len` (the
-    /// two walks, kept for the test that compares them), in one walk down
-    /// and one up: the range add's path is
+    /// two walks, kept in the tests to compare with), in one walk down and
+    /// one up: the range add's path is
     /// the start of `p`'s (it ends at the node splitting `p` from `p + 1`)
     /// and changes only right children off `p`'s path, each after the
     /// pending add pushed to it, as the two walks do one after the other;
@@ -129,68 +129,6 @@ impl D2hQueue {
         }
     }
 
-    /// Leaf `p` becomes at least `v`: down the path to it, each node's
-    /// pending add pushed to its children (so the leaf holds its true
-    /// value), then back up, each node the maximum of its children.
-    #[cfg(test)]
-    fn raise(&mut self, p: usize, v: f64) {
-        let (mut node, mut lo, mut hi) = (1usize, 0usize, self.len - 1);
-        while lo < hi {
-            let mid = (lo + hi) / 2;
-            let z = std::mem::take(&mut self.lazy[node]);
-            for c in [2 * node, 2 * node + 1] {
-                self.max[c] += z;
-                self.lazy[c] += z;
-            }
-            if p <= mid {
-                node *= 2;
-                hi = mid;
-            } else {
-                node = 2 * node + 1;
-                lo = mid + 1;
-            }
-        }
-        self.max[node] = self.max[node].max(v);
-        while node > 1 {
-            node /= 2;
-            self.max[node] = self.max[2 * node].max(self.max[2 * node + 1]);
-        }
-    }
-
-    /// Adds `d` to every position `>= from` (`0 < from < len`): down the
-    /// path of the nodes the range covers in part, each right child
-    /// covered whole taking the add, then back up, each node of the path
-    /// the maximum of its children plus its pending add.
-    #[cfg(test)]
-    fn add_range(&mut self, from: usize, d: f64) {
-        debug_assert!(0 < from && from < self.len);
-        let (mut node, mut lo, mut hi) = (1usize, 0usize, self.len - 1);
-        loop {
-            let mid = (lo + hi) / 2;
-            if from <= mid + 1 {
-                let c = 2 * node + 1;
-                self.max[c] += d;
-                self.lazy[c] += d;
-            }
-            if from <= mid {
-                node *= 2;
-                hi = mid;
-            } else if from == mid + 1 {
-                break;
-            } else {
-                node = 2 * node + 1;
-                lo = mid + 1;
-            }
-        }
-        loop {
-            self.max[node] = self.max[2 * node].max(self.max[2 * node + 1]) + self.lazy[node];
-            if node == 1 {
-                break;
-            }
-            node /= 2;
-        }
-    }
-
     /// The maximum over positions `0..=q`: down the path to `q` (the nodes
     /// right of it left out), then back up adding each node's pending add,
     /// the same operations in the same order as a recursive walk. No
@@ -224,6 +162,70 @@ impl D2hQueue {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The two walks `add` made one after the other: the reference the
+    /// one walk of `raise_and_shift` is compared with.
+    impl D2hQueue {
+        /// Leaf `p` becomes at least `v`: down the path to it, each node's
+        /// pending add pushed to its children (so the leaf holds its true
+        /// value), then back up, each node the maximum of its children.
+        fn raise(&mut self, p: usize, v: f64) {
+            let (mut node, mut lo, mut hi) = (1usize, 0usize, self.len - 1);
+            while lo < hi {
+                let mid = (lo + hi) / 2;
+                let z = std::mem::take(&mut self.lazy[node]);
+                for c in [2 * node, 2 * node + 1] {
+                    self.max[c] += z;
+                    self.lazy[c] += z;
+                }
+                if p <= mid {
+                    node *= 2;
+                    hi = mid;
+                } else {
+                    node = 2 * node + 1;
+                    lo = mid + 1;
+                }
+            }
+            self.max[node] = self.max[node].max(v);
+            while node > 1 {
+                node /= 2;
+                self.max[node] = self.max[2 * node].max(self.max[2 * node + 1]);
+            }
+        }
+
+        /// Adds `d` to every position `>= from` (`0 < from < len`): down the
+        /// path of the nodes the range covers in part, each right child
+        /// covered whole taking the add, then back up, each node of the path
+        /// the maximum of its children plus its pending add.
+        fn add_range(&mut self, from: usize, d: f64) {
+            debug_assert!(0 < from && from < self.len);
+            let (mut node, mut lo, mut hi) = (1usize, 0usize, self.len - 1);
+            loop {
+                let mid = (lo + hi) / 2;
+                if from <= mid + 1 {
+                    let c = 2 * node + 1;
+                    self.max[c] += d;
+                    self.lazy[c] += d;
+                }
+                if from <= mid {
+                    node *= 2;
+                    hi = mid;
+                } else if from == mid + 1 {
+                    break;
+                } else {
+                    node = 2 * node + 1;
+                    lo = mid + 1;
+                }
+            }
+            loop {
+                self.max[node] = self.max[2 * node].max(self.max[2 * node + 1]) + self.lazy[node];
+                if node == 1 {
+                    break;
+                }
+                node /= 2;
+            }
+        }
+    }
 
     /// First come first served by position, the slow way.
     fn naive(jobs: &[(usize, f64, f64)], p: usize, ready: f64, d: f64) -> f64 {

@@ -74,14 +74,7 @@ impl Sim<'_> {
         let bufs: Vec<crate::host::HostBuffer> = (0..self.n_swaps)
             .map(|k| {
                 let (lo, hi) = (self.p.in_base[k] as usize, self.p.in_base[k + 1] as usize);
-                // `host::last_end` of the swap-ins' ends, without a list of them.
-                let to_s = if lo == hi {
-                    step
-                } else {
-                    ins[lo..hi]
-                        .iter()
-                        .fold(f64::NEG_INFINITY, |m, x| m.max(x.end))
-                };
+                let to_s = crate::host::last_end(ins[lo..hi].iter().map(|x| x.end), step);
                 crate::host::HostBuffer {
                     bytes: outs[k].bytes as u64,
                     from_s: outs[k].start,
