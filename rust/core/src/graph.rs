@@ -406,7 +406,12 @@ impl Graph {
     /// `node:index` name of a tensor, as TensorFlow writes it.
     pub fn tensor_name(&self, t: u32) -> String {
         let tt = &self.tensors[t as usize];
-        format!("{}:{}", self.nodes[tt.node as usize].name, tt.index)
+        let name: &str = &self.nodes[tt.node as usize].name;
+        let mut s = String::with_capacity(name.len() + 11);
+        s.push_str(name);
+        s.push(':');
+        push_decimal(&mut s, u64::from(tt.index));
+        s
     }
 
     /// Number of elements of a tensor.
@@ -433,6 +438,22 @@ impl Graph {
     }
 }
 
+/// Appends `v` in decimal, as `Display` writes it, without the formatting
+/// machinery (names of every swap are made per plan: `schema.rs`).
+pub(crate) fn push_decimal(s: &mut String, mut v: u64) {
+    let mut digits = [0u8; 20];
+    let mut i = digits.len();
+    loop {
+        i -= 1;
+        digits[i] = b'0' + (v % 10) as u8;
+        v /= 10;
+        if v == 0 {
+            break;
+        }
+    }
+    s.extend(digits[i..].iter().map(|&d| char::from(d)));
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -450,5 +471,28 @@ mod tests {
         // Out-of-range ends read as empty names rather than panic.
         let bad: Vec<Name> = Name::split(buf, [9]).collect();
         assert_eq!(bad[0], "");
+    }
+
+    #[test]
+    fn decimals_read_as_display_writes_them() {
+        let mut values = vec![
+            0,
+            1,
+            9,
+            10,
+            99,
+            100,
+            65_535,
+            1 << 32,
+            u64::MAX - 1,
+            u64::MAX,
+        ];
+        values.extend((0..64).map(|k| 1u64 << k));
+        values.extend((1..20).map(|k| 10u64.pow(k) - 1));
+        for v in values {
+            let mut s = String::from("x:");
+            push_decimal(&mut s, v);
+            assert_eq!(s, format!("x:{v}"));
+        }
     }
 }

@@ -357,6 +357,19 @@ fn node_ref(g: &Graph, v: u32) -> Option<NodeRef> {
     })
 }
 
+/// A swap's reason: `"{bytes} bytes idle between reads; swapped out after
+/// its producer, back in after '{trigger}'"`, built without the formatting
+/// machinery (one per swap).
+fn swap_reason(bytes: u64, trigger: &str) -> String {
+    const MID: &str = " bytes idle between reads; swapped out after its producer, back in after '";
+    let mut s = String::with_capacity(20 + MID.len() + trigger.len() + 1);
+    crate::graph::push_decimal(&mut s, bytes);
+    s.push_str(MID);
+    s.push_str(trigger);
+    s.push('\'');
+    s
+}
+
 /// The swaps of `plan` with names for people.
 pub(crate) fn swap_decisions(g: &Graph, plan: &Plan) -> Vec<SwapDecision> {
     plan.swaps
@@ -382,10 +395,12 @@ pub(crate) fn swap_decisions(g: &Graph, plan: &Plan) -> Vec<SwapDecision> {
                     .collect(),
                 release: node_ref(g, s.release),
                 gate: node_ref(g, s.gate),
-                reason: format!(
-                    "{} bytes idle between reads; swapped out after its producer, back in after '{}'",
+                reason: swap_reason(
                     t.bytes,
-                    s.ins.first().map(|i| g.nodes[i.trigger as usize].name.as_ref()).unwrap_or("")
+                    s.ins
+                        .first()
+                        .map(|i| g.nodes[i.trigger as usize].name.as_ref())
+                        .unwrap_or(""),
                 ),
             }
         })
@@ -450,4 +465,26 @@ fn outside_inputs(g: &Graph, nodes: &[u32]) -> Vec<TensorRef> {
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::swap_reason;
+
+    #[test]
+    fn a_swaps_reason_reads_as_its_template() {
+        for (bytes, trigger) in [
+            (0, ""),
+            (7, "a"),
+            (1 << 40, "block/conv 1"),
+            (u64::MAX, "ü'x"),
+        ] {
+            assert_eq!(
+                swap_reason(bytes, trigger),
+                format!(
+                    "{bytes} bytes idle between reads; swapped out after its producer, back in after '{trigger}'"
+                )
+            );
+        }
+    }
 }
