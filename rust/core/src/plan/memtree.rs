@@ -8,7 +8,7 @@
 //! positions alone. A node holds the maximum of its subtree plus the adds
 //! pending on it (`lazy`, never pushed down): a range add changes its
 //! canonical nodes, found bottom-up from the range's two ends, and then
-//! the ancestors of those two ends, without recursion.
+//! the ancestors of those two ends, level by level, without recursion.
 //!
 //! # Complexity
 //! O(N) to build, O(log N) per range add and per max query, O(N) memory.
@@ -74,14 +74,25 @@ impl MemTree {
             r /= 2;
         }
         // Every node above a changed one is an ancestor of `first` or of
-        // `last`: recomputed from its children, bottom-up.
-        for end in [first, last] {
-            let mut k = end / 2;
-            while k > 0 {
-                self.max[k] = self.max[2 * k].max(self.max[2 * k + 1]) + self.lazy[k];
-                k /= 2;
-            }
+        // `last`: recomputed from its children, bottom-up, level by level
+        // (both leaves are at the bottom level), the common ancestors once.
+        let (mut a, mut b) = (first / 2, last / 2);
+        while a != b {
+            self.fix(a);
+            self.fix(b);
+            a /= 2;
+            b /= 2;
         }
+        while a > 0 {
+            self.fix(a);
+            a /= 2;
+        }
+    }
+
+    /// Node `k`'s maximum from its children's and its pending add.
+    #[inline]
+    fn fix(&mut self, k: usize) {
+        self.max[k] = self.max[2 * k].max(self.max[2 * k + 1]) + self.lazy[k];
     }
 
     /// The maximum over all positions and the first position reaching it.
