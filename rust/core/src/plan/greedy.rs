@@ -263,7 +263,11 @@ fn index(ctx: &Ctx<'_>, pool: &Pool<'_>, lambda: f64) -> (Vec<(u32, u32, u32)>, 
             lo = late[i.hi - 1].0 + 1;
         }
         let cost = o.exposed_s + lambda * o.transfer_s;
-        score.push(ctx.g.tensors[t as usize].bytes as f64 / (cost + 1e-12));
+        // The candidate's bytes are its buffer's (read with `late`, not
+        // from the graph's tensor table at random).
+        let bytes = pool.cands[o.cand].bytes;
+        debug_assert_eq!(bytes, ctx.g.tensors[t as usize].bytes);
+        score.push(bytes as f64 / (cost + 1e-12));
     }
     for r in pool.recomputes {
         let lo = r.saved().map(|(_, le)| le).max().unwrap_or(r.trigger) + 1;
@@ -397,7 +401,8 @@ fn queue_allows(
 }
 
 fn apply_swap(ctx: &Ctx<'_>, st: &mut State, o: &SwapOpt, t: u32, c: &SwapCandidate) {
-    let b = ctx.g.tensors[t as usize].bytes as i64;
+    debug_assert_eq!(c.bytes, ctx.g.tensors[t as usize].bytes);
+    let b = c.bytes as i64;
     let mut free_from = o.keep_until as usize + 1;
     for i in &o.ins {
         st.tree.add(free_from, i.trigger as usize, -b);
