@@ -205,21 +205,32 @@ fn order_key(x: f64) -> u64 {
 }
 
 /// Calls `f` on each canonical node of `lo..=hi` in the perfect tree over
-/// `leaves` leaves (at most two per level).
+/// `leaves` leaves (at most two per level). The nodes are found first,
+/// without a branch on the ends' bits (a node is written at the next slot
+/// and counted when the end's bit says so; which bits are set is as good
+/// as random, so branches on them would be mispredicted half the time),
+/// then handed to `f`: the nodes and their order are those of the loop
+/// that tests each bit.
 #[inline]
 fn canonical(leaves: usize, lo: usize, hi: usize, mut f: impl FnMut(usize)) {
+    // At most two nodes per level of a tree of at most 2^63 leaves.
+    let mut nodes = [0usize; 128];
+    let mut n = 0;
     let (mut l, mut r) = (lo + leaves, hi + leaves + 1);
     while l < r {
-        if l & 1 == 1 {
-            f(l);
-            l += 1;
-        }
-        if r & 1 == 1 {
-            r -= 1;
-            f(r);
-        }
+        let odd = l & 1;
+        nodes[n] = l;
+        n += odd;
+        l += odd;
+        let odd = r & 1;
+        r -= odd;
+        nodes[n] = r;
+        n += odd;
         l /= 2;
         r /= 2;
+    }
+    for &node in &nodes[..n] {
+        f(node);
     }
 }
 
