@@ -238,6 +238,35 @@ fn canonical(leaves: usize, lo: usize, hi: usize, mut f: impl FnMut(usize)) {
 mod tests {
     use super::*;
 
+    /// The canonical nodes are those of the loop that branches on each
+    /// end's bit, in its order, for every range of trees of 1-64 leaves.
+    #[test]
+    fn canonical_nodes_are_the_branching_loops() {
+        for leaves in (0..=6).map(|k| 1usize << k) {
+            for lo in 0..leaves {
+                for hi in lo..leaves {
+                    let mut want = Vec::new();
+                    let (mut l, mut r) = (lo + leaves, hi + leaves + 1);
+                    while l < r {
+                        if l & 1 == 1 {
+                            want.push(l);
+                            l += 1;
+                        }
+                        if r & 1 == 1 {
+                            r -= 1;
+                            want.push(r);
+                        }
+                        l /= 2;
+                        r /= 2;
+                    }
+                    let mut got = Vec::new();
+                    canonical(leaves, lo, hi, |node| got.push(node));
+                    assert_eq!(got, want, "{leaves} {lo} {hi}");
+                }
+            }
+        }
+    }
+
     #[test]
     fn finds_the_best_valid_covering_interval() {
         let iv = [(0, 0, 9), (1, 2, 4), (2, 3, 3), (3, 5, 9)];
