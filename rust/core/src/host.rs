@@ -119,19 +119,22 @@ pub(crate) fn host_peak(bufs: &[HostBuffer]) -> u64 {
 }
 
 /// [`host_timeline`], its timeline left empty unless `record`. The events'
-/// order is total (time, frees before takes, buffer), so an unstable sort
-/// gives the one order there is.
+/// order is total (time, frees before takes, buffer): any sort gives the
+/// one order there is.
 fn sweep(bufs: &[HostBuffer], record: bool) -> HostMemory {
     let round = |b: u64| b.div_ceil(PINNED_ROUND).saturating_mul(PINNED_ROUND);
     // (time, 0 = free before 1 = take, buffer): a total order, deterministic,
     // packed in one integer key (`event_key`) so that the sort compares
     // integers.
+    //
+    // The takes, then the frees: in a plan's order (by need) each list is
+    // mostly one run (takes falling, frees rising), which the stable sort
+    // finds and merges in about linear time; the keys are distinct, so it
+    // gives the order any sort gives.
     let mut ev: Vec<u128> = Vec::with_capacity(2 * bufs.len());
-    for (i, b) in bufs.iter().enumerate() {
-        ev.push(event_key(b.from_s, true, i));
-        ev.push(event_key(b.to_s.max(b.from_s), false, i));
-    }
-    ev.sort_unstable();
+    ev.extend((bufs.iter().enumerate()).map(|(i, b)| event_key(b.from_s, true, i)));
+    ev.extend((bufs.iter().enumerate()).map(|(i, b)| event_key(b.to_s.max(b.from_s), false, i)));
+    ev.sort();
     let (mut held, mut pinned) = (0u64, 0u64);
     let mut h = HostMemory::default();
     for key in ev {

@@ -197,8 +197,10 @@ impl Prep {
         listed?;
         p.resolve_clones(g, s, plan)?;
         p.check_unused(g)?;
-        p.fires.sort_unstable();
-        p.release.sort_unstable();
+        // Distinct entries: a stable sort gives the one order there is, and
+        // finds the runs the plan's order leaves (`add_swaps`).
+        p.fires.sort();
+        p.release.sort();
         Ok(p)
     }
 
@@ -326,6 +328,9 @@ impl Prep {
         let n_ins = plan.swaps.iter().map(|s| s.ins.len()).sum::<usize>();
         let mut last_in: FxHashMap<u32, (u32, u32)> =
             FxHashMap::with_capacity_and_hasher(n_ins, Default::default());
+        // The swap-ins' triggers after the swap-outs: in a plan's order (by
+        // need) each list is mostly one run, which the sort in `new` merges.
+        let mut triggers: Vec<(u32, Fire)> = Vec::with_capacity(n_ins);
         for (k, sw) in plan.swaps.iter().enumerate() {
             check_node(g, sw.after, What::Swap(k))?;
             let prod = g.tensors[sw.tensor as usize].node;
@@ -347,13 +352,17 @@ impl Prep {
             }
             for (j, si) in sw.ins.iter().enumerate() {
                 let what = What::SwapIn(k, sw.tensor, j);
-                self.add_swap_in(g, sw.tensor, out_item, si, what, &mut last_in)?;
+                let (trig, i) = self.add_swap_in(g, sw.tensor, out_item, si, what, &mut last_in)?;
+                triggers.push((trig, Fire::Trigger(i)));
             }
             self.in_base.push(self.in_tensor.len() as u32);
         }
+        self.fires.append(&mut triggers);
         Ok(())
     }
 
+    /// Adds swap-in `si` of tensor `t`: its trigger's stream item and its
+    /// number.
     fn add_swap_in(
         &mut self,
         g: &Graph,
@@ -362,7 +371,7 @@ impl Prep {
         si: &crate::plan::SwapIn,
         what: What,
         last_in: &mut FxHashMap<u32, (u32, u32)>,
-    ) -> Result<()> {
+    ) -> Result<(u32, u32)> {
         let i = self.in_tensor.len() as u32;
         check_node(g, si.trigger, what)?;
         check_sorted(g, &si.consumers, what, "consumers")?;
@@ -406,8 +415,7 @@ impl Prep {
         }
         self.in_tensor.push(t);
         self.in_swap.push(self.in_base.len() as u32 - 1);
-        self.fires.push((trig, Fire::Trigger(i)));
-        Ok(())
+        Ok((trig, i))
     }
 
     /// The trigger and the swap-out's start must both precede consumer `c`.
