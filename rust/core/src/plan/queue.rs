@@ -51,7 +51,9 @@ pub(crate) fn queue_by_need(g: &Graph, s: &Schedule, plan: &mut Plan) {
         .sort_by_cached_key(|sw| (sw.ins.first().map_or(NONE, need), sw.tensor));
     // Per trigger: (need, position the swap-out may start) of the swap-in
     // listed last.
-    let mut last: FxHashMap<u32, (u32, u32)> = FxHashMap::default();
+    let n_ins = plan.swaps.iter().map(|sw| sw.ins.len()).sum();
+    let mut last: FxHashMap<u32, (u32, u32)> =
+        FxHashMap::with_capacity_and_hasher(n_ins, Default::default());
     for sw in &mut plan.swaps {
         let producer = g.tensors[sw.tensor as usize].node;
         let out_at = s.pos[producer as usize].max(s.pos[sw.after as usize]);
