@@ -36,8 +36,7 @@
 //! the plan names) expected for S swaps, swap-ins and consumers (hash maps
 //! of names), and O(readers' sibling inputs x pads) for the names.
 
-use std::borrow::Cow;
-use std::collections::hash_map::Entry;
+use std::rc::Rc;
 
 use rustc_hash::{FxHashMap, FxHashSet};
 
@@ -496,10 +495,30 @@ fn invalid(msg: String) -> PlanError {
     PlanError::InvalidArgument(msg)
 }
 
+/// An input of a changed node: as in the input graph, or a name the
+/// write-back made (a swap-in, a control input from a swap-out), shared by
+/// every input that names it.
+enum Input<'a> {
+    Orig(&'a str),
+    New(Rc<str>),
+}
+
+impl std::ops::Deref for Input<'_> {
+    type Target = str;
+
+    fn deref(&self) -> &str {
+        match self {
+            Input::Orig(t) => t,
+            Input::New(t) => t,
+        }
+    }
+}
+
 /// An original node whose inputs the write-back changes.
 struct Changed<'a> {
+    node: u32,
     original: Vec<&'a str>,
-    now: Vec<Cow<'a, str>>,
+    now: Vec<Input<'a>>,
     device: Option<String>,
 }
 
@@ -507,14 +526,17 @@ struct State<'i, 'a> {
     index: &'i NodeIndex<'a>,
     sigs: &'i Sigs,
     target: &'i Target,
-    parsed: FxHashMap<u32, Node<'a>>,
-    changed: FxHashMap<u32, Changed<'a>>,
+    /// The changed nodes in the order first changed, and where each is
+    /// among them (the output takes them by node id: one sort, then one
+    /// walk, rather than a lookup and a removal each).
+    changed: Vec<Changed<'a>>,
+    changed_at: FxHashMap<u32, usize>,
     added: FxHashSet<String>,
     new_nodes: Vec<u8>,
     /// The node add_copy writes, reused.
     scratch: Vec<u8>,
     value: Vec<u8>,
-    last_in: FxHashMap<u32, String>,
+    last_in: FxHashMap<u32, Rc<str>>,
     lost: FxHashMap<String, u64>,
     gained: FxHashMap<String, u64>,
     out: Written<'a>,
@@ -541,11 +563,8 @@ impl<'i, 'a> State<'i, 'a> {
         }
     }
 
-    fn node(&mut self, i: u32) -> Result<&Node<'a>> {
-        Ok(match self.parsed.entry(i) {
-            Entry::Occupied(e) => e.into_mut(),
-            Entry::Vacant(e) => e.insert(self.index.node(i as usize)?),
-        })
+    fn node(&mut self, i: u32) -> Result<Node<'a>> {
+        self.index.node(i as usize)
     }
 
     fn name(&mut self, i: u32) -> Result<&'a str> {
@@ -554,29 +573,34 @@ impl<'i, 'a> State<'i, 'a> {
 
     /// Node `i`'s inputs as in the input graph.
     fn inputs(&mut self, i: u32) -> Result<Vec<&'a str>> {
-        if let Some(c) = self.changed.get(&i) {
-            return Ok(c.original.clone());
+        if let Some(&at) = self.changed_at.get(&i) {
+            return Ok(self.changed[at].original.clone());
         }
         Ok(self.node(i)?.inputs())
     }
 
     fn changing(&mut self, i: u32) -> Result<&mut Changed<'a>> {
-        if !self.changed.contains_key(&i) {
-            let original = self.node(i)?.inputs();
-            let now = original.iter().map(|&t| Cow::Borrowed(t)).collect();
-            return Ok(self.changed.entry(i).or_insert(Changed {
-                original,
-                now,
-                device: None,
-            }));
-        }
-        Ok(self.changed.get_mut(&i).expect("present"))
+        let at = match self.changed_at.get(&i) {
+            Some(&at) => at,
+            None => {
+                let original = self.node(i)?.inputs();
+                let now = original.iter().map(|&t| Input::Orig(t)).collect();
+                self.changed.push(Changed {
+                    node: i,
+                    original,
+                    now,
+                    device: None,
+                });
+                self.changed_at.insert(i, self.changed.len() - 1);
+                self.changed.len() - 1
+            }
+        };
+        Ok(&mut self.changed[at])
     }
 
     /// The dtype of every output of node `p`, from its op's signature.
     fn dtypes(&mut self, p: u32) -> Result<Vec<i64>> {
-        self.node(p)?;
-        let node = &self.parsed[&p];
+        let node = self.node(p)?;
         let (name, op) = (node.name, node.op);
         let Some(sig) = self.sigs.get(op) else {
             return Err(PlanError::Unsupported {
@@ -741,9 +765,15 @@ impl<'i, 'a> State<'i, 'a> {
         Ok(out)
     }
 
-    fn rewire(&mut self, c: u32, source: &str, to: &str, what: &dyn Fn() -> String) -> Result<()> {
+    fn rewire(
+        &mut self,
+        c: u32,
+        source: &str,
+        to: &Rc<str>,
+        what: &dyn Fn() -> String,
+    ) -> Result<()> {
         let target = self.target;
-        let node = *self.node(c)?;
+        let node = self.node(c)?;
         let (has_device, name) = (!node.device.is_empty(), node.name);
         let entry = self.changing(c)?;
         let mut hits = 0u64;
@@ -758,7 +788,7 @@ impl<'i, 'a> State<'i, 'a> {
                 text == source
             };
             if hit {
-                entry.now[slot] = Cow::Owned(to.to_string());
+                entry.now[slot] = Input::New(Rc::clone(to));
                 hits += 1;
             }
         }
@@ -811,29 +841,32 @@ impl<'i, 'a> State<'i, 'a> {
             });
         }
         let shape = self.output_shape(p, k as usize)?;
-        let prefix = self.target.prefix.clone();
+        // The target outlives the state: read through its own reference
+        // while the state changes.
+        let target = self.target;
+        let prefix = target.prefix.as_str();
         let i_text = decimal(i);
-        let out_name = concat(&[&prefix, "/swap_out/", &i_text, "/", producer]);
+        let out_name = concat(&[prefix, "/swap_out/", &i_text, "/", producer]);
         let after_name = self.name(after)?;
         let control: Vec<&str> = if after != p { vec![after_name] } else { vec![] };
-        let (out_op, host) = (self.target.swap_out_op.clone(), self.target.host.clone());
-        self.add_copy(&out_name, &out_op, &host, &source, &control, dtype, shape);
+        let (out_op, host) = (&target.swap_out_op, &target.host);
+        self.add_copy(&out_name, out_op, host, &source, &control, dtype, shape);
         self.out.swap_out.push(out_name.clone());
         if let Some(gate) = &swap.gate {
             let r = self.ix(gate, || format!("swaps[{i}].gate.node"))?;
             self.changing(r)?
                 .now
-                .push(Cow::Owned(concat(&["^", &out_name])));
+                .push(Input::New(concat(&["^", &out_name]).into()));
         }
         let target_k = tensor("", &k_text);
         for (j, entry) in swap.ins.iter().enumerate() {
             let what = || format!("swaps[{i}].ins[{j}]");
             let t = self.ix(&entry.trigger, || format!("{}.trigger", what()))?;
             let trigger = self.name(t)?;
-            let mut control = vec![trigger.to_string()];
+            let mut last = None;
             if entry.follows {
                 match self.last_in.get(&t) {
-                    Some(last) => control.push(last.clone()),
+                    Some(l) => last = Some(Rc::clone(l)),
                     None => {
                         return Err(invalid(format!(
                             "{}: follows no swap-in: no swap-in with the same trigger is \
@@ -850,20 +883,21 @@ impl<'i, 'a> State<'i, 'a> {
                 .collect();
             let siblings = self.siblings(&readers, &source, &what)?;
             let siblings: Vec<&str> = siblings.iter().map(String::as_str).collect();
-            let tag = concat(&[&prefix, "/swap_in/", &i_text, "_", &decimal(j)]);
-            let in_name = ranked(producer, &[&target_k], &siblings, &tag);
-            let (in_op, device) = (self.target.swap_in_op.clone(), self.target.device.clone());
-            let control: Vec<&str> = control.iter().map(String::as_str).collect();
-            self.add_copy(&in_name, &in_op, &device, &out_name, &control, dtype, shape);
-            self.out.swap_in.push(in_name.clone());
-            self.last_in.insert(t, in_name.clone());
+            let tag = concat(&[prefix, "/swap_in/", &i_text, "_", &decimal(j)]);
+            let in_name: Rc<str> = ranked(producer, &[&target_k], &siblings, &tag).into();
+            let (in_op, device) = (&target.swap_in_op, &target.device);
+            let mut control = vec![trigger];
+            control.extend(last.as_deref());
+            self.add_copy(&in_name, in_op, device, &out_name, &control, dtype, shape);
+            self.out.swap_in.push(in_name.to_string());
+            self.last_in.insert(t, Rc::clone(&in_name));
             for c in &entry.consumers {
                 let c = self.ix(c, || format!("{}.consumers", what()))?;
                 self.rewire(c, &source, &in_name, &what)?;
             }
             for c in &entry.clone_consumers {
                 let c = self.ix(c, || format!("{}.clone_consumers", what()))?;
-                let redirect = (c, source.clone(), in_name.clone(), what());
+                let redirect = (c, source.clone(), in_name.to_string(), what());
                 self.out.redirects.push(redirect);
             }
         }
@@ -874,19 +908,19 @@ impl<'i, 'a> State<'i, 'a> {
     /// new nodes.
     fn assemble(mut self) -> Result<Written<'a>> {
         let bytes = self.index.bytes;
-        let mut order: Vec<u32> = self.changed.keys().copied().collect();
-        order.sort_unstable();
-        let mut splices = Vec::with_capacity(order.len());
+        let mut changed = std::mem::take(&mut self.changed);
+        changed.sort_unstable_by_key(|c| c.node); // one entry per node
+        let mut splices = Vec::with_capacity(changed.len());
         let mut bodies = Vec::new();
         let mut body = Vec::new();
-        for &i in &order {
+        for c in &changed {
+            let i = c.node;
             let node = self.index.nodes[i as usize];
             let start = node.as_ptr() as usize - bytes.as_ptr() as usize;
             // The field's key and length (as written, canonical or not) come before it.
             let field_start = self.index.starts[i as usize];
             body.clear();
-            rewrite_node(node, &self.changed[&i], &mut body)
-                .map_err(|m| decode(bytes, m, &format!("node {i}")))?;
+            rewrite_node(node, c, &mut body).map_err(|m| decode(bytes, m, &format!("node {i}")))?;
             let at = bodies.len();
             put_bytes(&mut bodies, 1, &body);
             splices.push((field_start, start + node.len(), at, bodies.len()));
@@ -898,9 +932,8 @@ impl<'i, 'a> State<'i, 'a> {
             tail: std::mem::take(&mut self.new_nodes),
         };
         self.out.nodes = self.index.len();
-        let changed = &mut self.changed;
-        self.out.changed = (order.into_iter())
-            .map(|i| (i, changed.remove(&i).expect("recorded").original))
+        self.out.changed = (changed.into_iter())
+            .map(|c| (c.node, c.original))
             .collect();
         // FxHash is not seeded: the order is the same on every run.
         self.out.lost = self.lost.into_iter().collect();
@@ -1077,8 +1110,8 @@ pub fn write<'a>(
         index,
         sigs,
         target,
-        parsed: FxHashMap::with_capacity_and_hasher(2 * n + ins + readers, Default::default()),
-        changed: FxHashMap::with_capacity_and_hasher(n + readers, Default::default()),
+        changed: Vec::with_capacity(n + readers),
+        changed_at: FxHashMap::with_capacity_and_hasher(n + readers, Default::default()),
         added: FxHashSet::with_capacity_and_hasher(n + ins, Default::default()),
         new_nodes: Vec::with_capacity(swaps.len() * 3 * 160),
         scratch: Vec::new(),
