@@ -1059,13 +1059,15 @@ fn put_attr(node: &mut Vec<u8>, key: &str, value: &[u8]) {
 /// # Errors
 /// [`PlanError::Decode`] for a node that is not protobuf.
 pub fn ops_needed(index: &NodeIndex<'_>, swaps: &[Swap]) -> Result<Vec<String>> {
-    let mut seen: FxHashSet<u32> = FxHashSet::default();
-    let mut ops: FxHashSet<String> = FxHashSet::default();
+    // Each node read once (a flag per node), its op's name borrowed from
+    // the bytes until the end.
+    let mut seen = vec![false; index.len()];
+    let mut ops: FxHashSet<&str> = FxHashSet::default();
     let n = index.len() as i64;
     let mut visit = |ix: &Ix| -> Result<()> {
         if let Ix::Int(v) = ix {
-            if (0..n).contains(v) && seen.insert(*v as u32) {
-                ops.insert(index.node(*v as usize)?.op.to_string());
+            if (0..n).contains(v) && !std::mem::replace(&mut seen[*v as usize], true) {
+                ops.insert(index.node(*v as usize)?.op);
             }
         }
         Ok(())
@@ -1078,7 +1080,7 @@ pub fn ops_needed(index: &NodeIndex<'_>, swaps: &[Swap]) -> Result<Vec<String>> 
             }
         }
     }
-    let mut ops: Vec<String> = ops.into_iter().collect();
+    let mut ops: Vec<String> = ops.into_iter().map(str::to_string).collect();
     ops.sort_unstable();
     Ok(ops)
 }
