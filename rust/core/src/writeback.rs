@@ -571,19 +571,20 @@ impl<'i, 'a> State<'i, 'a> {
         Ok(self.node(i)?.name)
     }
 
-    /// Node `i`'s inputs as in the input graph.
-    fn inputs(&mut self, i: u32) -> Result<Vec<&'a str>> {
-        if let Some(&at) = self.changed_at.get(&i) {
-            return Ok(self.changed[at].original.clone());
+    /// Node `i`'s inputs as in the input graph (`node`: its fields).
+    fn inputs(&self, i: u32, node: Node<'a>) -> Vec<&'a str> {
+        match self.changed_at.get(&i) {
+            Some(&at) => self.changed[at].original.clone(),
+            None => node.inputs(),
         }
-        Ok(self.node(i)?.inputs())
     }
 
-    fn changing(&mut self, i: u32) -> Result<&mut Changed<'a>> {
+    /// Node `i`'s changes (`node`: its fields), begun when first asked for.
+    fn changing(&mut self, i: u32, node: Node<'a>) -> &mut Changed<'a> {
         let at = match self.changed_at.get(&i) {
             Some(&at) => at,
             None => {
-                let original = self.node(i)?.inputs();
+                let original = node.inputs();
                 let now = original.iter().map(|&t| Input::Orig(t)).collect();
                 self.changed.push(Changed {
                     node: i,
@@ -595,12 +596,11 @@ impl<'i, 'a> State<'i, 'a> {
                 self.changed.len() - 1
             }
         };
-        Ok(&mut self.changed[at])
+        &mut self.changed[at]
     }
 
     /// The dtype of every output of node `p`, from its op's signature.
-    fn dtypes(&mut self, p: u32) -> Result<Vec<i64>> {
-        let node = self.node(p)?;
+    fn dtypes(&self, p: u32, node: Node<'a>) -> Result<Vec<i64>> {
         let (name, op) = (node.name, node.op);
         let Some(sig) = self.sigs.get(op) else {
             return Err(PlanError::Unsupported {
@@ -672,8 +672,8 @@ impl<'i, 'a> State<'i, 'a> {
     }
 
     /// Producer `p`'s `_output_shapes` entry `k`, if it has one.
-    fn output_shape(&mut self, p: u32, k: usize) -> Result<Option<&'a [u8]>> {
-        let Some(v) = self.node(p)?.attr("_output_shapes") else {
+    fn output_shape(&self, p: u32, node: Node<'a>, k: usize) -> Result<Option<&'a [u8]>> {
+        let Some(v) = node.attr("_output_shapes") else {
             return Ok(None);
         };
         let bytes = self.index.bytes;
@@ -749,15 +749,15 @@ impl<'i, 'a> State<'i, 'a> {
         readers: &[&Ix],
         skip: &str,
         what: &dyn Fn() -> String,
-    ) -> Result<Vec<String>> {
+    ) -> Result<Vec<&'a str>> {
         let mut out = Vec::new();
         for c in readers {
             let c = self.ix(c, what)?;
-            let op = self.node(c)?.op;
-            if self.sigs.get(op).is_some_and(|s| s.commutative) {
-                for t in self.inputs(c)? {
+            let node = self.node(c)?;
+            if self.sigs.get(node.op).is_some_and(|s| s.commutative) {
+                for t in self.inputs(c, node) {
                     if !t.starts_with('^') && !has_key(t, skip) {
-                        out.push(t.to_string());
+                        out.push(t);
                     }
                 }
             }
@@ -775,7 +775,7 @@ impl<'i, 'a> State<'i, 'a> {
         let target = self.target;
         let node = self.node(c)?;
         let (has_device, name) = (!node.device.is_empty(), node.name);
-        let entry = self.changing(c)?;
+        let entry = self.changing(c, node);
         let mut hits = 0u64;
         for slot in 0..entry.original.len() {
             let text: &str = &entry.now[slot];
@@ -816,10 +816,11 @@ impl<'i, 'a> State<'i, 'a> {
             Some(a) => self.ix(a, || format!("swaps[{i}].after"))?,
             None => p,
         };
-        let dtypes = self.dtypes(p)?;
-        let producer = self.name(p)?;
+        // The producer's fields, read once.
+        let pn = self.node(p)?;
+        let dtypes = self.dtypes(p, pn)?;
+        let (producer, op) = (pn.name, pn.op);
         if !(0..dtypes.len() as i64).contains(&k) {
-            let op = self.node(p)?.op;
             return Err(invalid(format!(
                 "swaps[{i}]: node {} (op {op}) has {} output(s), no output {k}",
                 py_str(producer),
@@ -830,7 +831,6 @@ impl<'i, 'a> State<'i, 'a> {
         let k_text = k.to_string();
         let source = tensor(producer, &k_text);
         if (1..=32).contains(&dtype) && crate::dtype::DType(dtype as u8).is_handle() {
-            let op = self.node(p)?.op;
             return Err(PlanError::Unsupported {
                 node: producer.into(),
                 op: op.into(),
@@ -840,21 +840,26 @@ impl<'i, 'a> State<'i, 'a> {
                 ),
             });
         }
-        let shape = self.output_shape(p, k as usize)?;
+        let shape = self.output_shape(p, pn, k as usize)?;
         // The target outlives the state: read through its own reference
         // while the state changes.
         let target = self.target;
         let prefix = target.prefix.as_str();
         let i_text = decimal(i);
         let out_name = concat(&[prefix, "/swap_out/", &i_text, "/", producer]);
-        let after_name = self.name(after)?;
+        let after_name = if after == p {
+            producer
+        } else {
+            self.name(after)?
+        };
         let control: Vec<&str> = if after != p { vec![after_name] } else { vec![] };
         let (out_op, host) = (&target.swap_out_op, &target.host);
         self.add_copy(&out_name, out_op, host, &source, &control, dtype, shape);
         self.out.swap_out.push(out_name.clone());
         if let Some(gate) = &swap.gate {
             let r = self.ix(gate, || format!("swaps[{i}].gate.node"))?;
-            self.changing(r)?
+            let node = self.node(r)?;
+            self.changing(r, node)
                 .now
                 .push(Input::New(concat(&["^", &out_name]).into()));
         }
@@ -882,7 +887,6 @@ impl<'i, 'a> State<'i, 'a> {
                 .chain(&entry.clone_consumers)
                 .collect();
             let siblings = self.siblings(&readers, &source, &what)?;
-            let siblings: Vec<&str> = siblings.iter().map(String::as_str).collect();
             let tag = concat(&[prefix, "/swap_in/", &i_text, "_", &decimal(j)]);
             let in_name: Rc<str> = ranked(producer, &[&target_k], &siblings, &tag).into();
             let (in_op, device) = (&target.swap_in_op, &target.device);
