@@ -24,6 +24,10 @@ Columns (seconds; each the median over ``--repeat`` runs, ``--repeat-large`` at 
   core + parse + write-back (not generate, analyze or serialise);
 - ``nodes/s``: nodes / ``apply``.
 
+With several ``--kind``s, each kind's ``core`` and ``apply`` are also given as ratios to
+those of the kind with the fewest swaps at the same size, from the same run (medians, and
+the calls of ``core`` listed).
+
 The budget is half the analysed peak (``analyze(b).peak_bytes // 2``); if ``plan`` raises
 ``BudgetError`` a larger fraction is tried (0.6, 0.7, 0.8, 0.9) and the table says which.
 ``RSS`` is the peak resident set of the size's subprocess (``getrusage``, after the runs);
@@ -243,6 +247,34 @@ def table(rows: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def ratios(rows: list[dict[str, Any]]) -> list[str]:
+    """Each synthetic row against the row of the same size with the fewest swaps, in this
+    run: ``core`` and ``apply`` as ratios of the medians, the calls of ``core`` listed
+    (issue 18's question: does the time grow with the plan?). Empty when no size has
+    two kinds."""
+    out: list[str] = []
+    by_size: dict[int, list[dict[str, Any]]] = {}
+    for r in rows:
+        if "target_nodes" in r:
+            by_size.setdefault(r["target_nodes"], []).append(r)
+    for same in by_size.values():
+        if len(same) < 2:
+            continue
+        base = min(same, key=lambda r: (r["swaps"], r["name"]))
+        for r in same:
+            if r is base:
+                continue
+            calls = ", ".join(_fmt_s(x["core"]) for x in r["runs"])
+            base_calls = ", ".join(_fmt_s(x["core"]) for x in base["runs"])
+            out.append(
+                f"- {r['name']} ({r['swaps']:,} swaps) / {base['name']} ({base['swaps']:,} "
+                f"swaps): core {r['median']['core'] / base['median']['core']:.2f}x, apply "
+                f"{r['median']['apply'] / base['median']['apply']:.2f}x (medians; core calls "
+                f"{calls} against {base_calls})"
+            )
+    return out
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true", help="10^4 only, one run, no ResNet-152")
@@ -296,6 +328,10 @@ def main(argv: list[str] | None = None) -> None:
                 for x in r["refused"]
             )
         )
+    compared = ratios(rows)
+    if compared:
+        print("\nAgainst the kind with the fewest swaps at the same size, in this run:\n")
+        print("\n".join(compared))
     load = os.getloadavg()
     print(f"\nload average at the end: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")
     if args.json:

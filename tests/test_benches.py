@@ -53,6 +53,37 @@ def test_e2e_quick(tmp_path):
 
 
 @needs_tf
+def test_e2e_kinds_compared(tmp_path):
+    """Two kinds in one run: the narrow row (thousands of swaps at 10^4 nodes' ~6%) is
+    given against mixed (fewer swaps) as the ratio of the medians the JSON holds."""
+    out = tmp_path / "out.json"
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
+    args = ["--quick", "--kind", "mixed", "narrow", "--json", str(out)]
+    proc = subprocess.run(
+        [sys.executable, str(BENCHES / "e2e.py"), *args],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        env=env,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    mixed, narrow = json.loads(out.read_text())
+    assert narrow["swaps"] > mixed["swaps"]
+    m = re.search(
+        r"- narrow 1e4 \(([\d,]+) swaps\) / mixed 1e4 \(([\d,]+) swaps\): core ([\d.]+)x, "
+        r"apply ([\d.]+)x",
+        proc.stdout,
+    )
+    assert m, proc.stdout
+    assert int(m[1].replace(",", "")) == narrow["swaps"]
+    assert int(m[2].replace(",", "")) == mixed["swaps"]
+    core = narrow["median"]["core"] / mixed["median"]["core"]
+    apply = narrow["median"]["apply"] / mixed["median"]["apply"]
+    assert float(m[3]) == pytest.approx(core, abs=0.006)
+    assert float(m[4]) == pytest.approx(apply, abs=0.006)
+
+
+@needs_tf
 @pytest.mark.parametrize("writer", ["current", "reference"])
 def test_apply_once_small(writer):
     """benches/apply_once.py on 10^4 nodes: both writers give the same graph size."""
