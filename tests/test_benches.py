@@ -28,14 +28,15 @@ needs_tf = pytest.mark.skipif(
 )
 
 
-def _run(script: Path, tmp_path: Path) -> tuple[str, list[dict]]:
+def _run(script: Path, tmp_path: Path, *args: str) -> tuple[str, list[dict]]:
+    """``script --quick --json OUT ARGS``: its output and the JSON it wrote."""
     out = tmp_path / "out.json"
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
     proc = subprocess.run(
-        [sys.executable, str(script), "--quick", "--json", str(out)],
+        [sys.executable, str(script), "--quick", "--json", str(out), *args],
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=180,
         env=env,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -56,25 +57,14 @@ def test_e2e_quick(tmp_path):
 def test_e2e_kinds_compared(tmp_path):
     """Two kinds in one run: the narrow row (thousands of swaps at 10^4 nodes' ~6%) is
     given against mixed (fewer swaps) as the ratio of the medians the JSON holds."""
-    out = tmp_path / "out.json"
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
-    args = ["--quick", "--kind", "mixed", "narrow", "--json", str(out)]
-    proc = subprocess.run(
-        [sys.executable, str(BENCHES / "e2e.py"), *args],
-        capture_output=True,
-        text=True,
-        timeout=180,
-        env=env,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    mixed, narrow = json.loads(out.read_text())
+    text, (mixed, narrow) = _run(BENCHES / "e2e.py", tmp_path, "--kind", "mixed", "narrow")
     assert narrow["swaps"] > mixed["swaps"]
     m = re.search(
         r"- narrow 1e4 \(([\d,]+) swaps\) / mixed 1e4 \(([\d,]+) swaps\): core ([\d.]+)x, "
         r"apply ([\d.]+)x",
-        proc.stdout,
+        text,
     )
-    assert m, proc.stdout
+    assert m, text
     assert int(m[1].replace(",", "")) == narrow["swaps"]
     assert int(m[2].replace(",", "")) == mixed["swaps"]
     core = narrow["median"]["core"] / mixed["median"]["core"]

@@ -28,8 +28,9 @@
 //! The bytes are not parsed into messages: the `GraphDef`'s fields are
 //! located once ([`NodeIndex`]); the nodes the plan names are read on
 //! demand, parsed again at each read (a parse of a node's bytes costs less
-//! than a hash map's random lookups of parsed nodes); the output copies every field but the changed nodes' inputs and
-//! devices byte for byte, and appends the new nodes. Parsed by protobuf,
+//! than a hash map's random lookups of parsed nodes); the output copies
+//! every field but the changed nodes' inputs and devices byte for byte,
+//! and appends the new nodes. Parsed by protobuf,
 //! it equals the Python writer's message (`tests/test_rewrite_identity.py`).
 //!
 //! # Complexity
