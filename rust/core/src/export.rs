@@ -134,7 +134,7 @@ pub fn problem(
         .map(|c| ProblemCandidate {
             tensor: c.tensor,
             last_early: c.last_early,
-            late: c.late,
+            late: c.late.to_vec(),
         })
         .collect();
     Ok(Problem {

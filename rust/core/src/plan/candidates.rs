@@ -34,6 +34,8 @@ use crate::liveness::Liveness;
 use crate::opkind;
 use crate::schedule::Schedule;
 
+use smallvec::SmallVec;
+
 use super::trigger::{kept_reader, seen_op};
 
 /// One buffer that could be swapped.
@@ -47,8 +49,10 @@ pub struct SwapCandidate {
     pub produce: u32,
     /// Last position reading the original (the producer's if none).
     pub last_early: u32,
-    /// Positions of the late readers, ascending, with their node ids.
-    pub late: Vec<(u32, u32)>,
+    /// Positions of the late readers, ascending, with their node ids
+    /// (inline up to two: hundreds of thousands of candidates at 10^6
+    /// nodes, most read late once or twice).
+    pub late: SmallVec<[(u32, u32); 2]>,
 }
 
 impl SwapCandidate {
@@ -182,7 +186,7 @@ fn split_at_gap(
     if direct.any(|r| r.2 != read) {
         return None;
     }
-    let mut late: Vec<(u32, u32)> = readers[split..]
+    let mut late: SmallVec<[(u32, u32); 2]> = readers[split..]
         .iter()
         .filter(|r| r.2 == read)
         .map(|&(p, n, _, _)| (p, n))

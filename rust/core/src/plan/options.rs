@@ -27,10 +27,11 @@
 
 use super::candidates::{gallop_down, position_at_from, SwapCandidate};
 use super::tried::{Reuse, Tried};
-use super::trigger::{clone_splits_chain, regrouped, safe_trigger, safe_trigger_sorted};
+use super::trigger::{clone_splits_chain, regrouped, safe_trigger_sorted};
 use crate::graph::{Graph, NodeFlags, Phase};
 use crate::liveness::Liveness;
 use crate::schedule::Schedule;
+use smallvec::SmallVec;
 
 /// The copy times the option builders estimate: latency plus bytes over
 /// the bandwidth, one copy at a time (the simulator's `simulate::link::Link`
@@ -103,8 +104,10 @@ pub struct SwapOpt {
     pub cand: usize,
     /// The original stays until this position.
     pub keep_until: u32,
-    /// The swap-ins, in schedule order (at least one).
-    pub ins: Vec<PlacedSwapIn>,
+    /// The swap-ins, in schedule order (at least one; almost always one,
+    /// held inline: building, choosing and copying an option allocate
+    /// nothing for it).
+    pub ins: SmallVec<[PlacedSwapIn; 1]>,
     pub exposed_s: f64,
     pub transfer_s: f64,
     /// Recompute clones reading its swap-ins (`feed.rs`), set by the greedy.
@@ -182,7 +185,7 @@ fn placed_swap(
         return None;
     }
     let d_in = ctx.link.h2d(c.bytes);
-    let mut ins = Vec::new();
+    let mut ins = SmallVec::new();
     let mut exposed_s = 0.0;
     let mut lowest = keep_until + 1;
     let gap_s = if split_all { 0.0 } else { 2.0 * d_in };
@@ -214,9 +217,10 @@ fn placed_swap(
     })
 }
 
-/// Late readers `lo..hi` split where the compute between two reads exceeds `gap_s`.
-fn groups(ctx: &Ctx<'_>, c: &SwapCandidate, gap_s: f64) -> Vec<(usize, usize)> {
-    let mut out = Vec::new();
+/// Late readers `lo..hi` split where the compute between two reads exceeds
+/// `gap_s` (inline: most candidates have one group).
+fn groups(ctx: &Ctx<'_>, c: &SwapCandidate, gap_s: f64) -> SmallVec<[(usize, usize); 4]> {
+    let mut out = SmallVec::new();
     let mut lo = 0;
     for k in 1..c.late.len() {
         let idle = ctx.start[c.late[k].0 as usize] - ctx.start[c.late[k - 1].0 as usize + 1];
@@ -255,8 +259,12 @@ fn place_in(
     };
     let latest = at_or_before as i64 - 2;
     let ideal = latest.max(i64::from(lowest)).min(i64::from(first) - 1) as u32;
-    let consumers: Vec<u32> = c.late[lo..hi].iter().map(|&(_, n)| n).collect();
-    let trigger = safe_trigger(ctx.g, ctx.s, ideal, lowest, &consumers)?;
+    // The readers sorted and unique (`safe_trigger_sorted`), inline: a
+    // group has a few.
+    let mut readers: SmallVec<[u32; 8]> = c.late[lo..hi].iter().map(|&(_, n)| n).collect();
+    readers.sort_unstable();
+    readers.dedup();
+    let trigger = safe_trigger_sorted(ctx.g, ctx.s, ideal, lowest, &readers)?;
     let window = ctx.start[first as usize] - ctx.start[trigger as usize + 1];
     Some((trigger, (d_in - window).max(0.0)))
 }

@@ -38,6 +38,7 @@
 //! only in a call where both meet, not in every call.
 
 use rustc_hash::FxHashSet;
+use smallvec::SmallVec;
 
 use crate::graph::{Graph, NodeFlags};
 use crate::opkind::{add_group_root, div_folded_to_mul, is_constant, regrouped_with};
@@ -55,7 +56,8 @@ pub(crate) fn safe_trigger(
     lowest: u32,
     consumers: &[u32],
 ) -> Option<u32> {
-    let mut readers: Vec<u32> = consumers.to_vec();
+    // Inline for the few readers a tensor usually has: no allocation.
+    let mut readers: SmallVec<[u32; 8]> = SmallVec::from_slice(consumers);
     readers.sort_unstable();
     readers.dedup();
     safe_trigger_sorted(g, s, ideal, lowest, &readers)
