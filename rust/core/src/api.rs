@@ -276,12 +276,16 @@ fn search(
     let judge = |p: &Plan| sims.verdict(p);
     let planner = Planner::new(&ctx, opts, &judge)?;
     let (planned, times): (Planned, _) = planner.run_with_times()?;
+    let options = planner.num_options();
+    // The planner's list of judged plans shares the plan: once it is gone,
+    // the plan is taken as it is (copied only if something still held it).
+    drop(planner);
     Ok(Searched {
         times,
-        plan: planned.plan,
+        plan: std::sync::Arc::unwrap_or_clone(planned.plan),
         strategy: planned.strategy,
         evaluations: planned.evaluations,
-        options: planner.num_options(),
+        options,
     })
 }
 

@@ -28,6 +28,7 @@ use super::greedy::{choose_indexed, queued_out_ends, Chosen, Guide, Index, Pool}
 use super::links::place_swap_ins;
 use super::planner::{Planned, Planner, Strategy};
 use super::Plan;
+use std::sync::Arc;
 use crate::simulate::SimResult;
 
 /// Which recompute options a greedy pool holds.
@@ -227,7 +228,7 @@ impl Planner<'_> {
         target: u64,
         floor: &[f64],
         queue_check: bool,
-    ) -> Option<(Plan, SimResult, Chosen)> {
+    ) -> Option<(Arc<Plan>, SimResult, Chosen)> {
         let guide = Guide {
             out_floor: floor,
             queue_check,
@@ -238,11 +239,9 @@ impl Planner<'_> {
         }
         let mut placed = chosen.clone();
         place_swap_ins(self.ctx, &self.cands, &mut placed.swaps);
-        let mut plan = self.to_plan(&placed);
-        let mut v = self.judge(&plan).ok()?;
+        let (mut plan, mut v) = self.judge(self.to_plan(&placed)).ok()?;
         if v.peak_bytes > self.opts.budget && placed.swaps != chosen.swaps {
-            plan = self.to_plan(&chosen);
-            v = self.judge(&plan).ok()?;
+            (plan, v) = self.judge(self.to_plan(&chosen)).ok()?;
         }
         Some((plan, v, chosen))
     }

@@ -46,7 +46,7 @@ impl Planner<'_> {
         let mut freed: FxHashSet<u32> = FxHashSet::default();
         let mut pinned: FxHashSet<u32> = FxHashSet::default();
         for group in order.chunks(chunk) {
-            let mut trial = cur.plan.clone();
+            let mut trial = Plan::clone(&cur.plan);
             let (mut f, mut p) = (freed.clone(), pinned.clone());
             let mut swapped: FxHashSet<u32> = trial.swaps.iter().map(|s| owner(s.tensor)).collect();
             let mut unswap: FxHashSet<u32> = FxHashSet::default();
@@ -84,7 +84,7 @@ impl Planner<'_> {
             trial
                 .recomputes
                 .sort_by_key(|r| (r.trigger, r.nodes.first().copied().unwrap_or(NONE)));
-            let Ok(v) = self.judge(&trial) else { continue };
+            let Ok((trial, v)) = self.judge(trial) else { continue };
             if self.fits(&v) && v.step_time_s < cur.verdict.step_time_s {
                 cur = self.planned(trial, v, "hybrid-paper");
                 (freed, pinned) = (f, p);

@@ -47,6 +47,7 @@
 //! are bounded by `max_rounds`, `max_evals` and `grid_max_nodes`.
 
 use std::str::FromStr;
+use std::sync::Arc;
 
 use super::candidates::{swap_candidates, SwapCandidate};
 use super::cuts::{cut_segments, Cuts, Made};
@@ -190,7 +191,10 @@ impl Default for PlanOptions {
 /// A plan that fits, with its verdict.
 #[derive(Debug, Clone)]
 pub struct Planned {
-    pub plan: Plan,
+    /// Shared with the planner's list of judged plans (and with the
+    /// strategies that keep a result for later), not copied: a plan of tens
+    /// of thousands of swaps costs as much to copy as to choose.
+    pub plan: Arc<Plan>,
     /// The simulator's verdict on the plan, at [`Detail::Summary`](crate::simulate::Detail::Summary)
     /// (what the judge returned).
     pub verdict: SimResult,
@@ -217,7 +221,7 @@ pub struct Planner<'a> {
     pub(super) recs_built: std::cell::OnceCell<(Vec<RecomputeOpt>, usize)>,
     pub(super) evals: std::cell::Cell<u32>,
     /// Every plan judged so far, with its verdict (`judge`).
-    pub(super) judged: std::cell::RefCell<Vec<(Plan, SimResult)>>,
+    pub(super) judged: std::cell::RefCell<Vec<(Arc<Plan>, SimResult)>>,
     /// The judge's whole answer on the last plan of `judged`, with its
     /// stamp: with the per-op and per-copy times when it gave them
     /// ([`Planner::times_of`]).
@@ -303,20 +307,23 @@ impl<'a> Planner<'a> {
     /// strategies of `hybrid` often reach the same one) is not simulated
     /// again. O(plans judged * plan size) to look it up (the plans judged
     /// are the evaluations, a few dozen), plus O(simulate) for a new one.
-    pub(super) fn judge(&self, plan: &Plan) -> Result<SimResult> {
+    /// The plan is kept, not copied: the one returned is shared with the
+    /// list (the one judged before, when it was).
+    pub(super) fn judge(&self, plan: Plan) -> Result<(Arc<Plan>, SimResult)> {
         self.last_judge.set(None);
-        if let Some((_, v)) = self.judged.borrow().iter().find(|(p, _)| p == plan) {
-            return Ok(v.clone());
+        if let Some((p, v)) = self.judged.borrow().iter().find(|(p, _)| **p == plan) {
+            return Ok((Arc::clone(p), v.clone()));
         }
         self.evals.set(self.evals.get() + 1);
-        let answer = (self.judge)(plan)?;
+        let answer = (self.judge)(&plan)?;
         let v = answer.to_summary();
-        self.judged.borrow_mut().push((plan.clone(), v.clone()));
+        let plan = Arc::new(plan);
+        self.judged.borrow_mut().push((Arc::clone(&plan), v.clone()));
         let stamp = self.answers.get() + 1;
         self.answers.set(stamp);
         self.last_judge.set(Some(stamp));
         *self.last_answer.borrow_mut() = Some((stamp, answer));
-        Ok(v)
+        Ok((plan, v))
     }
 
     /// The per-op and per-copy times the judge gave for `plan`
@@ -327,7 +334,7 @@ impl<'a> Planner<'a> {
     /// only: the answer is handed over. O(plan size) to compare the plans;
     /// [`Planner::run_with_times`] hands the chosen plan's over without.
     pub fn times_of(&self, plan: &Plan) -> Option<SimResult> {
-        let last = self.judged.borrow().last().map(|(p, _)| p == plan);
+        let last = self.judged.borrow().last().map(|(p, _)| **p == *plan);
         if last != Some(true) {
             return None;
         }
@@ -368,8 +375,7 @@ impl<'a> Planner<'a> {
     /// # Errors
     /// [`PlanError::Budget`] with the smallest peak reached when nothing fits.
     pub fn run(&self) -> Result<Planned> {
-        let empty = Plan::default();
-        let original = self.judge(&empty)?;
+        let (empty, original) = self.judge(Plan::default())?;
         if self.fits(&original) {
             return Ok(self.planned(empty, original, "none"));
         }
@@ -408,7 +414,7 @@ impl<'a> Planner<'a> {
         let _ = one.run();
         self.evals.set(self.evals.get() + one.evals.get());
         let judged = one.judged.into_inner();
-        let host_ok = |(p, v): &(Plan, SimResult)| {
+        let host_ok = |(p, v): &(Arc<Plan>, SimResult)| {
             !p.is_empty() && v.host_peak_bytes <= self.opts.host_budget
         };
         let least = (judged.iter().filter(|e| host_ok(e)))
@@ -426,7 +432,7 @@ impl<'a> Planner<'a> {
         Some(self.planned(plan, v, who))
     }
 
-    pub(super) fn planned(&self, plan: Plan, verdict: SimResult, strategy: &str) -> Planned {
+    pub(super) fn planned(&self, plan: Arc<Plan>, verdict: SimResult, strategy: &str) -> Planned {
         Planned {
             plan,
             verdict,
@@ -439,7 +445,12 @@ impl<'a> Planner<'a> {
     /// [`Planner::planned`] for `plan` the plan of the last `judge` call:
     /// stamped with the answer on it when that call simulated it
     /// ([`Planner::times_of`]).
-    pub(super) fn planned_last(&self, plan: Plan, verdict: SimResult, strategy: &str) -> Planned {
+    pub(super) fn planned_last(
+        &self,
+        plan: Arc<Plan>,
+        verdict: SimResult,
+        strategy: &str,
+    ) -> Planned {
         Planned {
             judged_as: self.last_judge.get(),
             ..self.planned(plan, verdict, strategy)

@@ -142,8 +142,7 @@ impl Planner<'_> {
         if chosen.recomputes.is_empty() {
             return None;
         }
-        let plan = self.to_plan(&chosen);
-        let v = self.judge(&plan).ok()?;
+        let (plan, v) = self.judge(self.to_plan(&chosen)).ok()?;
         if !self.fits(&v) {
             self.note_fail(v.peak_bytes, who);
             return None;

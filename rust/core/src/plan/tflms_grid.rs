@@ -67,7 +67,7 @@ impl Planner<'_> {
             plan.swaps
                 .retain(|s| m[g.tensors[s.tensor as usize].node as usize]);
         }
-        let v = self.judge(&plan).ok()?;
+        let (plan, v) = self.judge(plan).ok()?;
         if !self.fits(&v) {
             self.note_fail(v.peak_bytes, "tflms");
             return None;
