@@ -137,8 +137,10 @@ fn readers_by_owner(g: &Graph, s: &Schedule, l: &Liveness, min_bytes: u64) -> Re
             off[o as usize + 1] += g.consumers(t).len() as u32;
         }
     }
-    for i in 0..nt {
-        off[i + 1] += off[i];
+    let mut sum = 0u32; // in a register, not reloaded from the last store
+    for o in off.iter_mut() {
+        sum += *o;
+        *o = sum;
     }
     let mut fill = off.clone();
     let mut list = vec![(0, 0, 0, 0); off[nt] as usize];

@@ -62,8 +62,12 @@ impl Stab {
         for &(_, _, lo, hi) in &spans {
             canonical(leaves, lo as usize, hi as usize, |node| off[node + 1] += 1);
         }
-        for k in 0..size {
-            off[k + 1] += off[k];
+        // The running sum in a register: `off[k + 1] += off[k]` would wait
+        // on the store just made, each of the 2N steps.
+        let mut sum = 0u32;
+        for o in off.iter_mut() {
+            sum += *o;
+            *o = sum;
         }
         let mut cursor = off[..size].to_vec();
         let mut ids = vec![0u32; off[size] as usize];
