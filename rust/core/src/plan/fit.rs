@@ -28,8 +28,8 @@ use super::greedy::{choose_indexed, queued_out_ends, Chosen, Guide, Index, Pool}
 use super::links::place_swap_ins;
 use super::planner::{Planned, Planner, Strategy};
 use super::Plan;
-use std::sync::Arc;
 use crate::simulate::SimResult;
+use std::sync::Arc;
 
 /// Which recompute options a greedy pool holds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

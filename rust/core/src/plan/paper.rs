@@ -84,7 +84,9 @@ impl Planner<'_> {
             trial
                 .recomputes
                 .sort_by_key(|r| (r.trigger, r.nodes.first().copied().unwrap_or(NONE)));
-            let Ok((trial, v)) = self.judge(trial) else { continue };
+            let Ok((trial, v)) = self.judge(trial) else {
+                continue;
+            };
             if self.fits(&v) && v.step_time_s < cur.verdict.step_time_s {
                 cur = self.planned(trial, v, "hybrid-paper");
                 (freed, pinned) = (f, p);

@@ -318,7 +318,9 @@ impl<'a> Planner<'a> {
         let answer = (self.judge)(&plan)?;
         let v = answer.to_summary();
         let plan = Arc::new(plan);
-        self.judged.borrow_mut().push((Arc::clone(&plan), v.clone()));
+        self.judged
+            .borrow_mut()
+            .push((Arc::clone(&plan), v.clone()));
         let stamp = self.answers.get() + 1;
         self.answers.set(stamp);
         self.last_judge.set(Some(stamp));

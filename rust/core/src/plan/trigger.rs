@@ -37,7 +37,6 @@
 //! tensor read O(N) times (a learning rate) read by a walked op, costs O(N)
 //! only in a call where both meet, not in every call.
 
-use rustc_hash::FxHashSet;
 use smallvec::SmallVec;
 
 use crate::graph::{Graph, NodeFlags};
@@ -77,8 +76,9 @@ pub(crate) fn safe_trigger_sorted(
     // has at least one, so an input with no more readers than there are
     // consumers is checked from its side without counting.
     let mut total_in: Option<usize> = None;
-    // The consumers' inputs, hashed on first need.
-    let mut inputs: Option<FxHashSet<u32>> = None;
+    // The consumers' inputs, sorted on first need (a few: inline, searched
+    // by halving; no hash set to allocate per walk).
+    let mut inputs: Option<SmallVec<[u32; 16]>> = None;
     let mut read_by_consumer = |x: u32| {
         let by_x = g.consumers(x);
         if by_x.len() <= readers.len()
@@ -87,12 +87,15 @@ pub(crate) fn safe_trigger_sorted(
         {
             return by_x.iter().any(|&c| is_reader(c));
         }
-        inputs
-            .get_or_insert_with(|| {
-                let set = readers.iter().flat_map(|&c| g.inputs(c).iter().copied());
-                set.collect()
-            })
-            .contains(&x)
+        let sorted = inputs.get_or_insert_with(|| {
+            let mut v: SmallVec<[u32; 16]> = readers
+                .iter()
+                .flat_map(|&c| g.inputs(c).iter().copied())
+                .collect();
+            v.sort_unstable();
+            v
+        });
+        sorted.binary_search(&x).is_ok()
     };
     let stop = lowest.max(ideal.saturating_sub(MAX_WALK));
     let mut q = ideal;
