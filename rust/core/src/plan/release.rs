@@ -52,6 +52,7 @@
 //! (a reverse walk of at most `MAX_VISIT` = V ops).
 
 use rustc_hash::FxHashSet;
+use smallvec::SmallVec;
 
 use super::Plan;
 use crate::graph::{Graph, NodeFlags, Phase, NONE};
@@ -244,9 +245,10 @@ fn waited_for(g: &Graph, s: &Schedule, sinks: &[u32], lo: usize) -> FxHashSet<u3
 /// Tensors a release node must not read: the producer's and `after`'s
 /// outputs and inputs, and the outputs of the producer's direct readers.
 /// Sorted, without duplicates: O(F log F) for F of them, then O(log F)
-/// per input checked (no hash set built per swap).
-fn forbidden_inputs(g: &Graph, x: u32, after: u32) -> Vec<u32> {
-    let mut f: Vec<u32> = Vec::new();
+/// per input checked (no hash set built per swap; a few dozen at most
+/// held inline, no allocation per swap).
+fn forbidden_inputs(g: &Graph, x: u32, after: u32) -> SmallVec<[u32; 32]> {
+    let mut f: SmallVec<[u32; 32]> = SmallVec::new();
     for v in [x, after] {
         f.extend(g.inputs(v).iter().copied());
         f.extend(g.outputs(v));
