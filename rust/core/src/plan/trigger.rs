@@ -413,6 +413,38 @@ mod tests {
 
     /// A graph with no loss and no variable write (so no dead node), and its
     /// schedule.
+    /// An op reading a tensor with more readers than the late readers have
+    /// inputs is checked against those inputs (sorted once per walk): `u`
+    /// reads `y`, which the late reader `r` does not read, and triggers;
+    /// `t`, `n3` and `n2` read `x`, which `r` reads, and the walk down from
+    /// `t` finds none below them (`n1` feeds `r`, the placeholders are
+    /// sources). `x` and `y` have more readers (5 and 4) than `r` has
+    /// inputs (2).
+    #[test]
+    fn a_widely_read_input_is_checked_against_the_readers_inputs() {
+        let (g, s) = graph_of(&[
+            spec("x", "Placeholder", &[]),
+            spec("y", "Placeholder", &[]),
+            spec("n1", "Neg", &["x"]),
+            spec("n2", "Neg", &["x"]),
+            spec("n3", "Neg", &["x"]),
+            spec("m1", "Neg", &["y"]),
+            spec("m2", "Neg", &["y"]),
+            spec("m3", "Neg", &["y"]),
+            spec("u", "Neg", &["y"]),
+            spec("t", "Neg", &["x"]),
+            spec("r", "AddV2", &["x", "n1"]),
+        ]);
+        let (at, name) = (|n: &str| position(&g, &s, n), |q: u32| pos_name(&g, &s, q));
+        let order: Vec<String> = (0..11).map(name).collect();
+        let want = ["x", "y", "n1", "n2", "n3", "t", "m1", "m2", "m3", "u", "r"];
+        assert_eq!(order, want, "the order the test assumes");
+        let r = s.order[at("r") as usize];
+        assert_eq!(g.inputs(r).len(), 2);
+        assert_eq!(name(safe_trigger(&g, &s, at("u"), 0, &[r]).unwrap()), "u");
+        assert_eq!(safe_trigger(&g, &s, at("t"), 0, &[r]), None);
+    }
+
     fn graph_of(specs: &[NodeSpec<'static>]) -> (Graph, Schedule) {
         let options = BuildOptions {
             persistent_bytes: Some(0),
