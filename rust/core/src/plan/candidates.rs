@@ -137,7 +137,7 @@ fn readers_by_owner(g: &Graph, s: &Schedule, l: &Liveness, min_bytes: u64) -> Re
             off[o as usize + 1] += g.consumers(t).len() as u32;
         }
     }
-    let mut sum = 0u32; // in a register, not reloaded from the last store
+    let mut sum = 0u32; // the counts' running sum (`off[0]` is 0)
     for o in off.iter_mut() {
         sum += *o;
         *o = sum;

@@ -245,8 +245,8 @@ fn waited_for(g: &Graph, s: &Schedule, sinks: &[u32], lo: usize) -> FxHashSet<u3
 /// Tensors a release node must not read: the producer's and `after`'s
 /// outputs and inputs, and the outputs of the producer's direct readers.
 /// Sorted, without duplicates: O(F log F) for F of them, then O(log F)
-/// per input checked (no hash set built per swap; a few dozen at most
-/// held inline, no allocation per swap).
+/// per input checked (no hash set built per swap; up to 32 held inline,
+/// more spill to the heap).
 fn forbidden_inputs(g: &Graph, x: u32, after: u32) -> SmallVec<[u32; 32]> {
     let mut f: SmallVec<[u32; 32]> = SmallVec::new();
     for v in [x, after] {

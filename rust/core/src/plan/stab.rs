@@ -62,8 +62,7 @@ impl Stab {
         for &(_, _, lo, hi) in &spans {
             canonical(leaves, lo as usize, hi as usize, |node| off[node + 1] += 1);
         }
-        // The running sum in a register: `off[k + 1] += off[k]` would wait
-        // on the store just made, each of the 2N steps.
+        // Each node's first entry: the counts' running sum (`off[0]` is 0).
         let mut sum = 0u32;
         for o in off.iter_mut() {
             sum += *o;

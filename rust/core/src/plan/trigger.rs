@@ -26,11 +26,12 @@
 //! walk to earlier ops until one qualifies.
 //!
 //! # Complexity
-//! O(k log k + W * d * min(f log k, K)) for a walk of at most `MAX_WALK`
-//! ops of in-degree `d` against `k` consumers with `K` data inputs in all,
-//! where `f` is the number of readers of one input of a walked op: each
-//! input is checked from the shorter side, its readers (binary search in the
-//! sorted consumers) or the consumers' inputs (hashed once, O(K), only when
+//! O(k log k + K log K + W * d * min(f log k, log K)) for a walk of at most
+//! `MAX_WALK` ops of in-degree `d` against `k` consumers with `K` data
+//! inputs in all, where `f` is the number of readers of one input of a
+//! walked op: each input is checked from the shorter side, its readers
+//! (binary search in the sorted consumers) or the consumers' inputs (sorted
+//! once, O(K log K), then binary search, only when
 //! some input has more than `K` readers; `K` itself is counted, O(k), only
 //! when some input has more readers than there are consumers). So one op
 //! reading O(N) tensors (a gradient `IdentityN`) among the consumers, or one
