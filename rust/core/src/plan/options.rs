@@ -27,7 +27,7 @@
 
 use super::candidates::{gallop_down, position_at_from, SwapCandidate};
 use super::tried::{Reuse, Tried};
-use super::trigger::{clone_splits_chain, regrouped, safe_trigger_sorted};
+use super::trigger::{clone_splits_chain, regrouped, safe_trigger, safe_trigger_sorted};
 use crate::graph::{Graph, NodeFlags, Phase};
 use crate::liveness::Liveness;
 use crate::schedule::Schedule;
@@ -259,12 +259,9 @@ fn place_in(
     };
     let latest = at_or_before as i64 - 2;
     let ideal = latest.max(i64::from(lowest)).min(i64::from(first) - 1) as u32;
-    // The readers sorted and unique (`safe_trigger_sorted`), inline: a
-    // group has a few.
-    let mut readers: SmallVec<[u32; 8]> = c.late[lo..hi].iter().map(|&(_, n)| n).collect();
-    readers.sort_unstable();
-    readers.dedup();
-    let trigger = safe_trigger_sorted(ctx.g, ctx.s, ideal, lowest, &readers)?;
+    // Inline: a group has a few readers.
+    let consumers: SmallVec<[u32; 8]> = c.late[lo..hi].iter().map(|&(_, n)| n).collect();
+    let trigger = safe_trigger(ctx.g, ctx.s, ideal, lowest, &consumers)?;
     let window = ctx.start[first as usize] - ctx.start[trigger as usize + 1];
     Some((trigger, (d_in - window).max(0.0)))
 }
