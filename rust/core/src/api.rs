@@ -445,7 +445,7 @@ pub(crate) fn check_supported(g: &Graph) -> Result<()> {
                 )
             };
             return Err(PlanError::Unsupported {
-                node: n.name.to_string(),
+                node: String::from(&n.name),
                 op: op.to_string(),
                 reason,
             });

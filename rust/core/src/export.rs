@@ -157,7 +157,7 @@ fn node_of(g: &Graph, v: u32, time_s: f64) -> ProblemNode {
     let n = &g.nodes[v as usize];
     let source = n.flags.has(NodeFlags::SOURCE);
     ProblemNode {
-        name: n.name.to_string(),
+        name: String::from(&n.name),
         op: g.op_name(v).to_string(),
         phase: g.phase[v as usize].name().to_string(),
         time_s,

@@ -196,6 +196,14 @@ impl Borrow<str> for Name {
     }
 }
 
+/// The name as an owned `String`, copied as a `str` (`to_string` would go
+/// through `Display` and the formatting machinery: one per swap in a report).
+impl From<&Name> for String {
+    fn from(n: &Name) -> String {
+        n.as_str().to_owned()
+    }
+}
+
 impl From<&str> for Name {
     fn from(s: &str) -> Name {
         Name::new(s)

@@ -295,7 +295,7 @@ pub(crate) fn records(g: &Graph, lists: &[Hostable]) -> Vec<HostedAccumulator> {
     r.sort_unstable();
     r.into_iter()
         .map(|(v, output)| HostedAccumulator {
-            node: g.nodes[v as usize].name.to_string(),
+            node: String::from(&g.nodes[v as usize].name),
             output,
         })
         .collect()

@@ -85,10 +85,10 @@ fn find_cycle(g: &Graph, indeg: &[u32]) -> Vec<String> {
     let mut cycle: Vec<String> = path[from..]
         .iter()
         .rev()
-        .map(|&u| g.nodes[u as usize].name.to_string())
+        .map(|&u| String::from(&g.nodes[u as usize].name))
         .collect();
     if cycle.is_empty() {
-        cycle.push(g.nodes[start as usize].name.to_string());
+        cycle.push(String::from(&g.nodes[start as usize].name));
     }
     cycle
 }

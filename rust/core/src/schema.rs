@@ -353,7 +353,7 @@ impl PlanReport {
 fn node_ref(g: &Graph, v: u32) -> Option<NodeRef> {
     (v != NONE).then(|| NodeRef {
         node: v,
-        name: g.nodes[v as usize].name.to_string(),
+        name: String::from(&g.nodes[v as usize].name),
     })
 }
 
@@ -387,7 +387,7 @@ pub(crate) fn swap_decisions(g: &Graph, plan: &Plan) -> Vec<SwapDecision> {
                     .iter()
                     .map(|i| SwapInDecision {
                         trigger: i.trigger,
-                        trigger_name: g.nodes[i.trigger as usize].name.to_string(),
+                        trigger_name: String::from(&g.nodes[i.trigger as usize].name),
                         consumers: i.consumers.clone(),
                         clone_consumers: i.clone_consumers.clone(),
                         follows: i.follows,
@@ -419,10 +419,10 @@ pub(crate) fn recompute_decisions(g: &Graph, plan: &Plan, times: &[f64]) -> Vec<
                 names: r
                     .nodes
                     .iter()
-                    .map(|&v| g.nodes[v as usize].name.to_string())
+                    .map(|&v| String::from(&g.nodes[v as usize].name))
                     .collect(),
                 trigger: r.trigger,
-                trigger_name: g.nodes[r.trigger as usize].name.to_string(),
+                trigger_name: String::from(&g.nodes[r.trigger as usize].name),
                 consumers: r.consumers.clone(),
                 clone_consumers: r.clone_consumers.clone(),
                 reason: format!(
