@@ -220,7 +220,8 @@ impl Planner<'_> {
     /// Swap-ins are placed so queued copies still arrive in time; if that
     /// holds too much memory, the triggers from the options are used. The
     /// plan returned is the one the last `judge` call judged
-    /// ([`Planner::planned_last`]).
+    /// ([`Planner::planned_last`]), and the choices returned carry its
+    /// triggers.
     pub(super) fn round(
         &self,
         pool: &Pool<'_>,
@@ -233,14 +234,21 @@ impl Planner<'_> {
             out_floor: floor,
             queue_check,
         };
-        let chosen = choose_indexed(self.ctx, pool, ix, target, guide);
+        let mut chosen = choose_indexed(self.ctx, pool, ix, target, guide);
         if chosen.recompute_seen {
             self.chose_recompute.set(true);
         }
-        let mut placed = chosen.clone();
-        place_swap_ins(self.ctx, &self.cands, &mut placed.swaps);
-        let (mut plan, mut v) = self.judge(self.to_plan(&placed)).ok()?;
-        if v.peak_bytes > self.opts.budget && placed.swaps != chosen.swaps {
+        // Placing moves swap-in triggers only: the options' own are kept
+        // to fall back on, rather than a copy of every choice.
+        let own: Vec<u32> = (chosen.swaps.iter())
+            .flat_map(|o| o.ins.iter().map(|i| i.trigger))
+            .collect();
+        place_swap_ins(self.ctx, &self.cands, &mut chosen.swaps);
+        let (mut plan, mut v) = self.judge(self.to_plan(&chosen)).ok()?;
+        let ins = || chosen.swaps.iter().flat_map(|o| o.ins.iter());
+        if v.peak_bytes > self.opts.budget && ins().zip(&own).any(|(i, &t)| i.trigger != t) {
+            let ins = chosen.swaps.iter_mut().flat_map(|o| o.ins.iter_mut());
+            ins.zip(&own).for_each(|(i, &t)| i.trigger = t);
             (plan, v) = self.judge(self.to_plan(&chosen)).ok()?;
         }
         Some((plan, v, chosen))

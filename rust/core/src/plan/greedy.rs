@@ -77,7 +77,8 @@ struct State<'f> {
     out_floor: &'f [f64],
     /// Refuse a swap for a peak its queued copy does not end before.
     queue_check: bool,
-    /// Buffer -> index of its chosen swap.
+    /// Buffer -> index of its chosen swap (kept when the pool has
+    /// recompute options: `feed` alone reads it).
     swap_of: FxHashMap<u32, usize>,
     /// Nodes whose clones read a swap-in (`feed.rs`): cloned once.
     fed: FxHashSet<u32>,
@@ -231,8 +232,11 @@ pub(crate) fn choose_indexed(
                 pool.tensor_of_swap[id],
                 &pool.cands[o.cand],
             );
-            st.swap_of
-                .insert(pool.tensor_of_swap[id], chosen.swaps.len());
+            // Read only to feed a recompute's clones from a swap-in.
+            if !pool.recomputes.is_empty() {
+                st.swap_of
+                    .insert(pool.tensor_of_swap[id], chosen.swaps.len());
+            }
             chosen.swaps.push(o);
         } else {
             let r = &pool.recomputes[id - ns];
