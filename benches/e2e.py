@@ -70,6 +70,11 @@ def _timed(fn: Any, *args: Any, **kwargs: Any) -> tuple[float, Any]:
     return time.perf_counter() - t0, out
 
 
+def _kernel_s() -> float:
+    """The kernel's CPU seconds in this process so far (page faults are most of it)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_stime
+
+
 def _choose_budget(hybridplan: Any, data: Any, peak: int) -> tuple[int, float, list[dict]]:
     """Half the analysed peak, or the first larger fraction that plans; also what each
     refused fraction's ``BudgetError`` said (the smallest peak reached)."""
@@ -110,7 +115,9 @@ def child_synthetic(nodes: int, kind: str, repeat: int) -> dict[str, Any]:
         t["parse"], gd = _timed(graph_pb2.GraphDef.FromString, data)
         t["serialise"], serialised = _timed(gd.SerializeToString)
         del gd, serialised  # the peak RSS is apply's, not that of copies kept alive
+        k0 = _kernel_s()
         t["core"], plan = _timed(hybridplan.plan, data, budget, strategy=STRATEGY, device=DEVICE)
+        t["core_kernel"] = _kernel_s() - k0
         t0 = time.perf_counter()
         out = rewrite_with_summary(data, plan, target=TARGET)
         t["write_back"] = time.perf_counter() - t0
@@ -247,11 +254,19 @@ def table(rows: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def _core_calls(row: dict[str, Any]) -> str:
+    """A synthetic row's ``core`` calls, each with the kernel's CPU time in it."""
+    return ", ".join(
+        f"{_fmt_s(x['core'])} (kernel {_fmt_s(x['core_kernel'])})" for x in row["runs"]
+    )
+
+
 def ratios(rows: list[dict[str, Any]]) -> list[str]:
     """Each synthetic row against the row of the same size with the fewest swaps, in this
     run: ``core`` and ``apply`` as ratios of the medians, the calls of ``core`` listed
-    (issue 18's question: does the time grow with the plan?). Empty when no size has
-    two kinds."""
+    with the kernel's CPU time in each (issue 18's question: does the time grow with the
+    plan? On a VM whose host takes freed memory back, first touches fault to the host:
+    docs/scale.md, "Fresh memory"). Empty when no size has two kinds."""
     out: list[str] = []
     by_size: dict[int, list[dict[str, Any]]] = {}
     for r in rows:
@@ -264,8 +279,7 @@ def ratios(rows: list[dict[str, Any]]) -> list[str]:
         for r in same:
             if r is base:
                 continue
-            calls = ", ".join(_fmt_s(x["core"]) for x in r["runs"])
-            base_calls = ", ".join(_fmt_s(x["core"]) for x in base["runs"])
+            calls, base_calls = _core_calls(r), _core_calls(base)
             out.append(
                 f"- {r['name']} ({r['swaps']:,} swaps) / {base['name']} ({base['swaps']:,} "
                 f"swaps): core {r['median']['core'] / base['median']['core']:.2f}x, apply "

@@ -71,6 +71,12 @@ def test_e2e_kinds_compared(tmp_path):
     apply = narrow["median"]["apply"] / mixed["median"]["apply"]
     assert float(m[3]) == pytest.approx(core, abs=0.006)
     assert float(m[4]) == pytest.approx(apply, abs=0.006)
+    # Each core call is listed with the kernel's time in it (page faults).
+    calls = re.search(r"core calls (.*) against (.*)\)$", text, re.M)
+    assert calls, text
+    for listed, row in ((calls[1], narrow), (calls[2], mixed)):
+        assert listed.count("(kernel ") == len(row["runs"]), listed
+        assert all(r["core_kernel"] >= 0 for r in row["runs"])
 
 
 @needs_tf
@@ -93,6 +99,31 @@ def test_apply_once_small(writer):
     assert m, proc.stdout
     swaps, after = int(m[1]), int(m[2])
     assert swaps > 500 and after > 10_000 + 2 * swaps  # a swap-out and a swap-in each
+    # Each part's page faults and the kernel's seconds in it.
+    f = re.search(
+        r"page faults plan ([\d,]+) \(kernel ([\d.]+) s\) write-back ([\d,]+)", proc.stdout
+    )
+    assert f, proc.stdout
+    assert int(f[1].replace(",", "")) > 0 and int(f[3].replace(",", "")) > 0
+
+
+@needs_tf
+def test_apply_once_warm_peak_is_applys():
+    """``--warm-gib``: the memory touched and freed before ``apply`` is not in the peak RSS
+    printed (it is reset after the warm-up), so the peak is below what was touched."""
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
+    args = ["--nodes", "10000", "--kind", "narrow", "--warm-gib", "3"]
+    proc = subprocess.run(
+        [sys.executable, str(BENCHES / "apply_once.py"), *args],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        env=env,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    m = re.search(r"RSS peak (\d+) MiB \(before (\d+)\)", proc.stdout)
+    assert m, proc.stdout
+    assert int(m[2]) <= int(m[1]) < 3 * 1024
 
 
 @needs_tf
