@@ -11,6 +11,8 @@
 //! O(S + C log C + E_C) time for S sites and C clones with E_C inputs,
 //! O(B) memory for B buffers.
 
+use smallvec::SmallVec;
+
 use super::prep::Src;
 use super::stream::Sim;
 use crate::graph::NONE;
@@ -151,14 +153,15 @@ impl Sim<'_> {
             }
             return None;
         }
-        // Redirected inputs read a swap-in copy or a clone instead.
+        // Redirected inputs read a swap-in copy or a clone instead: each
+        // input's buffer found once (a redirected one by a search).
         let n_in = (lay.in_off[q as usize + 1] - lay.in_off[q as usize]) as usize;
+        let bufs: SmallVec<[u32; 8]> = (0..n_in)
+            .map(|j| self.input_buf(item, q as usize, j))
+            .collect();
         for &(k, _) in cands {
-            let b = self.input_buf(item, q as usize, k as usize);
-            let once = (0..n_in)
-                .filter(|&j| self.input_buf(item, q as usize, j) == b)
-                .count()
-                == 1;
+            let b = bufs[k as usize];
+            let once = bufs.iter().filter(|&&x| x == b).count() == 1;
             if b != NONE && once && self.bytes_of(b) == self.bytes_of(u) {
                 if let Some(r) = self.try_forward(item, u, b, root, swapped) {
                     return Some((u, r));
