@@ -321,3 +321,19 @@ def test_report_without_a_1e6_run_says_not_measured(tmp_path):
     text, verdicts = _render(tmp_path, results)
     assert verdicts == ["not measured"] * 5
     assert "Smoke run" in text and "not measured" in text
+
+
+def test_page_faults_prints_three_passes():
+    """benches/page_faults.py: one GiB, no pause: three passes, a time per page each."""
+    proc = subprocess.run(
+        [sys.executable, str(BENCHES / "page_faults.py"), "--gib", "1", "--pause", "0"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    lines = proc.stdout.splitlines()
+    assert [line.split(":")[0] for line in lines] == ["first", "again at once", "after the pause"]
+    for line in lines:
+        m = re.search(r": ([\d.]+) us per 4 KiB page, by GiB$", line)
+        assert m and float(m[1]) > 0, line
