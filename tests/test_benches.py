@@ -79,20 +79,33 @@ def test_e2e_kinds_compared(tmp_path):
         assert all(r["core_kernel"] >= 0 for r in row["runs"])
 
 
+def _apply_once(*args: str) -> subprocess.CompletedProcess:
+    """benches/apply_once.py on narrow 10^4 with `args`; it must succeed."""
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
+    proc = subprocess.run(
+        [
+            sys.executable,
+            str(BENCHES / "apply_once.py"),
+            "--nodes",
+            "10000",
+            "--kind",
+            "narrow",
+            *args,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        env=env,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return proc
+
+
 @needs_tf
 @pytest.mark.parametrize("writer", ["current", "reference"])
 def test_apply_once_small(writer):
     """benches/apply_once.py on 10^4 nodes: both writers give the same graph size."""
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
-    args = ["--nodes", "10000", "--kind", "narrow", "--writer", writer]
-    proc = subprocess.run(
-        [sys.executable, str(BENCHES / "apply_once.py"), *args],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env=env,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    proc = _apply_once("--writer", writer)
     m = re.search(
         rf"{writer} narrow 10000: swaps (\d+) recomputes 0, nodes after (\d+)", proc.stdout
     )
@@ -111,16 +124,7 @@ def test_apply_once_small(writer):
 def test_apply_once_warm_peak_is_applys():
     """``--warm-gib``: the memory touched and freed before ``apply`` is not in the peak RSS
     printed (it is reset after the warm-up), so the peak is below what was touched."""
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
-    args = ["--nodes", "10000", "--kind", "narrow", "--warm-gib", "3"]
-    proc = subprocess.run(
-        [sys.executable, str(BENCHES / "apply_once.py"), *args],
-        capture_output=True,
-        text=True,
-        timeout=180,
-        env=env,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    proc = _apply_once("--warm-gib", "3")
     m = re.search(r"RSS peak (\d+) MiB \(before (\d+)\)", proc.stdout)
     assert m, proc.stdout
     assert int(m[2]) <= int(m[1]) < 3 * 1024
