@@ -16,11 +16,13 @@ around it::
 
 The budget is half the analysed peak, as in benches/e2e.py. Each run is one process, so
 the RSS peak is that run's (``VmHWM``; ``before`` is the peak after generating and
-analysing the graph, before ``apply``). Each part's page faults and the kernel's CPU
-seconds in it (``getrusage``) come last: on a VM whose host takes freed memory back, the
-first touch of memory is a fault to the host, and that time is the kernel's
-(docs/scale.md, "Fresh memory"). ``--warm-gib G`` touches and frees G GiB right before
-``apply``, so that what it touches first was backed by the host moments before::
+analysing the graph, before ``apply``; with ``--warm-gib`` the peak is ``apply``'s alone,
+started again after the warm-up, whose own peak is printed beside it). Each part's page
+faults and the kernel's CPU seconds in it (``getrusage``) come last: on a VM whose host
+takes freed memory back, the first touch of memory is a fault to the host, and that time
+is the kernel's (docs/scale.md, "Fresh memory"). ``--warm-gib G`` touches and frees G GiB
+right before ``apply``, so that what it touches first was backed by the host moments
+before::
 
     python benches/apply_once.py --nodes 1000000 --kind narrow --warm-gib 4
 """
@@ -28,6 +30,7 @@ first touch of memory is a fault to the host, and that time is the kernel's
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import resource
 import subprocess
@@ -48,9 +51,20 @@ def _rss_mib() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
+CLEAR_REFS = Path("/proc/self/clear_refs")
+
+
 def _reset_peak() -> None:
     """Starts the peak of `_rss_mib` again from the memory held now (Linux: clear_refs 5)."""
-    Path("/proc/self/clear_refs").write_text("5")
+    CLEAR_REFS.write_text("5")
+
+
+def _gib(text: str) -> float:
+    """A finite, non-negative number of GiB (argparse type)."""
+    x = float(text)
+    if not math.isfinite(x) or x < 0:
+        raise argparse.ArgumentTypeError(f"{text!r}: give a finite number of GiB, 0 or more")
+    return x
 
 
 def _clock() -> tuple[float, float, float, int]:
@@ -102,12 +116,14 @@ def main() -> None:
     ap.add_argument("--callgrind", action="store_true", help="instructions of the write-back")
     ap.add_argument(
         "--warm-gib",
-        type=float,
+        type=_gib,
         default=0.0,
         help="touch and free this many GiB right before apply (the kernel then has that much "
         "memory the host backs: apply without the host's faults, docs/scale.md)",
     )
     args = ap.parse_args()
+    if args.warm_gib > 0 and not os.access(CLEAR_REFS, os.W_OK):
+        ap.error(f"--warm-gib needs {CLEAR_REFS} (Linux) to start the peak RSS again after it")
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
     # TensorFlow's import (seconds) is not the write-back's: done before the clocks run.
     from tensorflow.python.framework import op_def_registry  # noqa: F401
@@ -119,8 +135,10 @@ def main() -> None:
     data = hybridplan.testing.synthetic_graphdef(nodes, args.kind)
     budget = hybridplan.analyze(data).peak_bytes // 2
     before = _rss_mib()
+    warmed = ""
     if args.warm_gib > 0:
         _touch_and_free(args.warm_gib)
+        warmed = f", warm-up peak {_rss_mib():.0f}"
         _reset_peak()  # the memory touched and freed is not apply's
     t = _clock()
     given = graph_source(data)  # as apply: the bytes are scanned once
@@ -143,7 +161,8 @@ def main() -> None:
         f"{len(plan.recomputes)}, nodes after {len(out.graph_def.node)} | plan cpu "
         f"{plan_t[0]:.2f} s wall {plan_t[1]:.2f} s | write-back cpu {write_t[0]:.2f} s wall "
         f"{write_t[1]:.2f} s | apply cpu {plan_t[0] + write_t[0]:.2f} s wall "
-        f"{plan_t[1] + write_t[1]:.2f} s | RSS peak {_rss_mib():.0f} MiB (before {before:.0f}) "
+        f"{plan_t[1] + write_t[1]:.2f} s | RSS peak {_rss_mib():.0f} MiB (before {before:.0f}"
+        f"{warmed}) "
         f"| page faults plan {plan_t[3]:,} (kernel {plan_t[2]:.2f} s) write-back "
         f"{write_t[3]:,} (kernel {write_t[2]:.2f} s)"
     )

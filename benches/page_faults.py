@@ -40,9 +40,13 @@ def touch_pass(gib: int) -> list[float]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--gib", type=int, default=4, help="GiB per pass")
+    ap.add_argument("--gib", type=int, default=4, help="GiB per pass (1 or more)")
     ap.add_argument("--pause", type=float, default=20.0, help="seconds before the last pass")
     args = ap.parse_args()
+    if args.gib < 1:
+        ap.error("--gib: give 1 or more")
+    if not (0 <= args.pause < float("inf")):
+        ap.error("--pause: give a finite number of seconds, 0 or more")
     for name, wait in (("first", 0.0), ("again at once", 0.0), ("after the pause", args.pause)):
         time.sleep(wait)
         us = touch_pass(args.gib)

@@ -125,9 +125,33 @@ def test_apply_once_warm_peak_is_applys():
     """``--warm-gib``: the memory touched and freed before ``apply`` is not in the peak RSS
     printed (it is reset after the warm-up), so the peak is below what was touched."""
     proc = _apply_once("--warm-gib", "3")
-    m = re.search(r"RSS peak (\d+) MiB \(before (\d+)\)", proc.stdout)
+    m = re.search(r"RSS peak (\d+) MiB \(before (\d+), warm-up peak (\d+)\)", proc.stdout)
     assert m, proc.stdout
-    assert int(m[2]) <= int(m[1]) < 3 * 1024
+    peak, before, warm = int(m[1]), int(m[2]), int(m[3])
+    assert warm >= before + 0.9 * 3 * 1024, "the warm-up touched its 3 GiB"
+    assert 0 < peak < 3 * 1024, "apply's peak, without the warm-up's"
+
+
+@pytest.mark.parametrize(
+    ("script", "args"),
+    [
+        ("apply_once.py", ["--warm-gib", "-1"]),
+        ("apply_once.py", ["--warm-gib", "inf"]),
+        ("apply_once.py", ["--warm-gib", "nan"]),
+        ("page_faults.py", ["--gib", "0"]),
+        ("page_faults.py", ["--pause", "-1"]),
+    ],
+)
+def test_bench_arguments_are_checked(script, args):
+    """A bad amount is a usage error (exit 2, naming the option), not a crash or a no-op."""
+    proc = subprocess.run(
+        [sys.executable, str(BENCHES / script), *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 2, (proc.stdout, proc.stderr[-2000:])
+    assert args[0] in proc.stderr
 
 
 @needs_tf
