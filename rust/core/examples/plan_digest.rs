@@ -9,7 +9,10 @@
 //! the wall time of the call, and the CPU time of the planning thread
 //! (Linux: `/proc/thread-self/schedstat`; robust to other processes'
 //! load). Freeing a repeat's result is not in its time: with `k > 1` the
-//! least wall time it took is printed after them (`freed`).
+//! least wall time it took is printed after them (`freed`). With
+//! `DIGEST_INTERLEAVE` set, every graph is analysed first and the repeats
+//! go round the requests (each planned once per round), so that a ratio
+//! of two requests' times sees the same machine.
 //! A graph `mixed:1e6:hybrid` plans that strategy only, `mixed:1e6:hybrid:0.9`
 //! under 0.9 of the activation peak (default 0.5); the kinds are
 //! those of `SynthKind::name` (`narrow:1e5`, `transformer:1e4`, ...). With no arguments: mixed 10^4, 10^5, 10^6 and dag 10^4, 10^5, each with
@@ -23,15 +26,17 @@
 
 use std::fmt::Write as _;
 use std::hash::{Hash, Hasher};
+use std::rc::Rc;
 use std::time::Instant;
 
-use hybridplan_core::analyze;
-use hybridplan_core::api::plan_analysis;
+use hybridplan_core::api::{plan_analysis, Outcome};
 use hybridplan_core::build::BuildOptions;
 use hybridplan_core::device::preset;
+use hybridplan_core::device::DeviceModel;
 use hybridplan_core::plan::planner::{PlanOptions, Strategy};
 use hybridplan_core::schema::{Figures, PlanReport};
 use hybridplan_core::synth::{self, SynthKind, SynthSpec};
+use hybridplan_core::{analyze, Analysis};
 
 const STRATEGIES: [Strategy; 6] = Strategy::ALL;
 
@@ -175,6 +180,106 @@ fn freed(ms: f64) -> String {
     }
 }
 
+/// One request: a graph's analysis, a strategy and its options, and the
+/// least times of its repeats so far.
+struct Job<'a> {
+    arg: &'a str,
+    analysis: Rc<Analysis>,
+    strategy: Strategy,
+    opts: PlanOptions,
+    ms: f64,
+    cpu_ms: f64,
+    freed_ms: f64,
+    out: Option<hybridplan_core::Result<Outcome>>,
+}
+
+impl Job<'_> {
+    /// Plans once. The previous repeat's result is freed after the call's
+    /// time is taken, and timed on its own.
+    fn repeat(&mut self, dev: &DeviceModel) {
+        let (t, c) = (Instant::now(), thread_cpu_ns());
+        let o = plan_analysis(&self.analysis, dev, &self.opts, &[]);
+        self.ms = self.ms.min(t.elapsed().as_secs_f64() * 1e3);
+        if let (Some(c0), Some(c1)) = (c, thread_cpu_ns()) {
+            self.cpu_ms = self.cpu_ms.min((c1 - c0) as f64 / 1e6);
+        }
+        let d = Instant::now();
+        if self.out.replace(o).is_some() {
+            self.freed_ms = self.freed_ms.min(d.elapsed().as_secs_f64() * 1e3);
+        }
+    }
+
+    /// The request's line.
+    fn print(&self) {
+        let (arg, name) = (self.arg, self.strategy.name());
+        let (ms, cpu_ms, freed) = (self.ms, self.cpu_ms, freed(self.freed_ms));
+        match &self.out {
+            Some(Ok(o)) => {
+                let r = &o.report;
+                let evals = r.evaluations;
+                let mut h = Fnv(0xcbf2_9ce4_8422_2325);
+                canonical(r).hash(&mut h);
+                format!("{:?}", o.plan).hash(&mut h);
+                println!(
+                    "{arg} {name:<12} {:016x} evals {evals} peak {} step {:.9} swaps {} recomputes {} ({ms:.0} ms, cpu {cpu_ms:.0} ms{freed})",
+                    h.finish(),
+                    r.planned.peak_bytes,
+                    r.planned.step_time_s,
+                    r.swaps.len(),
+                    r.recomputes.len(),
+                );
+            }
+            Some(Err(e)) => {
+                println!("{arg} {name:<12} error: {e} ({ms:.0} ms, cpu {cpu_ms:.0} ms{freed})")
+            }
+            None => println!("{arg} {name:<12} not run"),
+        }
+    }
+}
+
+/// The requests of `arg` on its graph (analysed once per kind and size
+/// in `cache`).
+fn jobs<'a>(
+    arg: &'a str,
+    cache: &mut Vec<((SynthKind, usize), Rc<Analysis>)>,
+) -> Result<Vec<Job<'a>>, Box<dyn std::error::Error>> {
+    let (kind, target, only, fraction) = parse(arg).ok_or_else(|| format!("bad graph '{arg}'"))?;
+    let a = match cache.iter().find(|(k, _)| *k == (kind, target)) {
+        Some((_, a)) => a.clone(),
+        None => {
+            let spec = SynthSpec {
+                kind,
+                blocks: synth::blocks_for_nodes(kind, target),
+                ..SynthSpec::default()
+            };
+            let a = Rc::new(analyze(&synth::graphdef(&spec), &BuildOptions::default())?);
+            cache.push(((kind, target), a.clone()));
+            a
+        }
+    };
+    let persistent = a.graph.persistent_bytes;
+    let active = a.liveness.peak_bytes.saturating_sub(persistent);
+    let budget = persistent + (active as f64 * fraction) as u64;
+    Ok(STRATEGIES
+        .into_iter()
+        .filter(|s| only.is_none_or(|o| o == s.name()))
+        .map(|strategy| Job {
+            arg,
+            analysis: a.clone(),
+            strategy,
+            opts: PlanOptions {
+                strategy,
+                budget,
+                ..PlanOptions::default()
+            },
+            ms: f64::INFINITY,
+            cpu_ms: f64::INFINITY,
+            freed_ms: f64::INFINITY,
+            out: None,
+        })
+        .collect())
+}
+
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let default = ["mixed:1e4", "mixed:1e5", "mixed:1e6", "dag:1e4", "dag:1e5"];
@@ -188,70 +293,30 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         Ok(r) => r.parse()?,
         Err(_) => 1,
     };
+    if std::env::var_os("DIGEST_INTERLEAVE").is_some() {
+        // Every graph analysed first; then round after round, each request
+        // planned once per round, so that the machine's drift reaches
+        // every request alike.
+        let mut cache = Vec::new();
+        let mut all = Vec::new();
+        for arg in &graphs {
+            all.extend(jobs(arg, &mut cache)?);
+        }
+        for _ in 0..repeat {
+            for j in &mut all {
+                j.repeat(&dev);
+            }
+        }
+        all.iter().for_each(Job::print);
+        return Ok(());
+    }
     for arg in graphs {
-        let (kind, target, only, fraction) =
-            parse(arg).ok_or_else(|| format!("bad graph '{arg}'"))?;
-        let spec = SynthSpec {
-            kind,
-            blocks: synth::blocks_for_nodes(kind, target),
-            ..SynthSpec::default()
-        };
-        let a = analyze(&synth::graphdef(&spec), &BuildOptions::default())?;
-        let persistent = a.graph.persistent_bytes;
-        let active = a.liveness.peak_bytes.saturating_sub(persistent);
-        let budget = persistent + (active as f64 * fraction) as u64;
-        for s in STRATEGIES {
-            if only.is_some_and(|o| o != s.name()) {
-                continue;
-            }
-            let opts = PlanOptions {
-                strategy: s,
-                budget,
-                ..PlanOptions::default()
-            };
-            let mut ms = f64::INFINITY;
-            let mut cpu_ms = f64::INFINITY;
-            let mut drop_ms = f64::INFINITY;
-            let mut out = None;
+        // One graph held at a time.
+        for mut j in jobs(arg, &mut Vec::new())? {
             for _ in 0..repeat {
-                let (t, c) = (Instant::now(), thread_cpu_ns());
-                let o = plan_analysis(&a, &dev, &opts, &[]);
-                ms = ms.min(t.elapsed().as_secs_f64() * 1e3);
-                if let (Some(c0), Some(c1)) = (c, thread_cpu_ns()) {
-                    cpu_ms = cpu_ms.min((c1 - c0) as f64 / 1e6);
-                }
-                // The previous repeat's result is freed here, outside the
-                // call's time, and timed on its own.
-                let d = Instant::now();
-                if out.replace(o).is_some() {
-                    drop_ms = drop_ms.min(d.elapsed().as_secs_f64() * 1e3);
-                }
+                j.repeat(&dev);
             }
-            let out = out.ok_or("no run")?;
-            match out {
-                Ok(o) => {
-                    let r = &o.report;
-                    let evals = r.evaluations;
-                    let mut h = Fnv(0xcbf2_9ce4_8422_2325);
-                    canonical(r).hash(&mut h);
-                    format!("{:?}", o.plan).hash(&mut h);
-                    println!(
-                        "{arg} {:<12} {:016x} evals {evals} peak {} step {:.9} swaps {} recomputes {} ({ms:.0} ms, cpu {cpu_ms:.0} ms{})",
-                        s.name(),
-                        h.finish(),
-                        r.planned.peak_bytes,
-                        r.planned.step_time_s,
-                        r.swaps.len(),
-                        r.recomputes.len(),
-                        freed(drop_ms)
-                    );
-                }
-                Err(e) => println!(
-                    "{arg} {:<12} error: {e} ({ms:.0} ms, cpu {cpu_ms:.0} ms{})",
-                    s.name(),
-                    freed(drop_ms)
-                ),
-            }
+            j.print();
         }
     }
     Ok(())
