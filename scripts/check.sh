@@ -45,6 +45,16 @@ if [ "$(nproc 2>/dev/null || echo 1)" -ge 2 ]; then
     step "pytest, TF_ENABLE_ONEDNN_OPTS=0 and =1 side by side"
     logs=$(mktemp -d)
     trap 'rm -rf "$logs"' EXIT
+    # Background jobs ignore Ctrl-C: an interrupt stops both runs and what
+    # they started.
+    kill_tree() {
+        local child
+        for child in $(pgrep -P "$1" || true); do
+            kill_tree "$child"
+        done
+        kill -TERM "$1" 2>/dev/null || true
+    }
+    trap 'kill_tree "$pid0"; kill_tree "$pid1"; exit 130' INT TERM
     run_tests 0 "$@" > "$logs/0.log" 2>&1 &
     pid0=$!
     run_tests 1 "$@" > "$logs/1.log" 2>&1 &
