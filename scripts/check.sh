@@ -29,12 +29,13 @@ step "python: ruff, stubs"
 # pytest exits 5 when it collects no test: that fails the check like any other exit.
 # Most tests keep one core busy, so with two cores or more the two runs go side by
 # side, each into a log printed when both have ended; with one, one after the other.
+# Extra pytest options of the runs side by side.
+pytest_opts=()
 run_tests() {
     local onednn=$1
     shift
     # --durations=15: the 15 slowest tests of the run, to show where the time goes.
-    # No cache provider: the two runs share the working tree.
-    TF_ENABLE_ONEDNN_OPTS=$onednn "$PY" -m pytest -q -p no:cacheprovider --durations=15 "$@" || return $?
+    TF_ENABLE_ONEDNN_OPTS=$onednn "$PY" -m pytest -q ${pytest_opts[@]+"${pytest_opts[@]}"} --durations=15 "$@" || return $?
     if [ "$#" -eq 0 ]; then
         # The Keras-remat experiment's self-check (experiments/, so not under tests/).
         TF_ENABLE_ONEDNN_OPTS=$onednn "$PY" experiments/remat_compare.py --check || return $?
@@ -43,25 +44,39 @@ run_tests() {
 
 if [ "$(nproc 2>/dev/null || echo 1)" -ge 2 ]; then
     step "pytest, TF_ENABLE_ONEDNN_OPTS=0 and =1 side by side"
+    # No cache provider: the two runs share the working tree.
+    pytest_opts=(-p no:cacheprovider)
     logs=$(mktemp -d)
     trap 'rm -rf "$logs"' EXIT
-    # Background jobs ignore Ctrl-C: an interrupt stops both runs and what
-    # they started.
-    kill_tree() {
-        local child
-        for child in $(pgrep -P "$1" || true); do
-            kill_tree "$child"
+    pid0='' pid1=''
+    # Each run in a process group of its own (job control on while they
+    # start), so that an interrupt stops all a run started; what each run
+    # printed so far is shown.
+    stop() {
+        local pid onednn
+        for pid in "$pid0" "$pid1"; do
+            [ -n "$pid" ] && kill -TERM -- "-$pid" 2>/dev/null || true
         done
-        kill -TERM "$1" 2>/dev/null || true
+        for onednn in 0 1; do
+            step "pytest, TF_ENABLE_ONEDNN_OPTS=$onednn: interrupted; its last lines"
+            tail -n 40 "$logs/$onednn.log" 2>/dev/null || true
+        done
+        exit "$1"
     }
-    trap 'kill_tree "$pid0"; kill_tree "$pid1"; exit 130' INT TERM
-    run_tests 0 "$@" > "$logs/0.log" 2>&1 &
+    trap 'stop 130' INT
+    trap 'stop 143' TERM
+    set -m
+    run_tests 0 "$@" < /dev/null > "$logs/0.log" 2>&1 &
     pid0=$!
-    run_tests 1 "$@" > "$logs/1.log" 2>&1 &
+    run_tests 1 "$@" < /dev/null > "$logs/1.log" 2>&1 &
     pid1=$!
+    set +m
     rc0=0 rc1=0
     wait "$pid0" || rc0=$?
+    pid0=''
     wait "$pid1" || rc1=$?
+    pid1=''
+    trap - INT TERM
     for onednn in 0 1; do
         rc=$rc0
         [ "$onednn" -eq 1 ] && rc=$rc1

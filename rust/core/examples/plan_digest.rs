@@ -7,10 +7,10 @@
 //!
 //! `DIGEST_REPEAT=k` plans each k times (the times printed are the least):
 //! the wall time of the call, and the CPU time of the planning thread
-//! (Linux: `/proc/thread-self/schedstat`; robust to other processes'
-//! load). Freeing a repeat's result is not in its time: with `k > 1` the
+//! (`CLOCK_THREAD_CPUTIME_ID`; robust to other processes' load, not to the
+//! host's). Freeing a repeat's result is not in its time: with `k > 1` the
 //! least wall time it took is printed after them (`freed`). With
-//! `DIGEST_INTERLEAVE` set, every graph is analysed first and the repeats
+//! `DIGEST_INTERLEAVE=1`, every graph is analysed first and the repeats
 //! go round the requests (each planned once per round), so that a ratio
 //! of two requests' times sees the same machine.
 //! A graph `mixed:1e6:hybrid` plans that strategy only, `mixed:1e6:hybrid:0.9`
@@ -53,11 +53,17 @@ fn parse(arg: &str) -> Option<(SynthKind, usize, Option<&str>, f64)> {
     Some((kind, n, only, fraction))
 }
 
-/// CPU time of this thread in nanoseconds (the first field of
-/// `/proc/thread-self/schedstat`), `None` where there is none.
+/// CPU time of this thread in nanoseconds (`CLOCK_THREAD_CPUTIME_ID`:
+/// exact, where `/proc/thread-self/schedstat` moves by scheduler ticks),
+/// `None` where there is none.
 fn thread_cpu_ns() -> Option<u64> {
-    let s = std::fs::read_to_string("/proc/thread-self/schedstat").ok()?;
-    s.split_whitespace().next()?.parse().ok()
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid, writable timespec for the call.
+    let rc = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    (rc == 0).then(|| ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64)
 }
 
 /// FNV-1a: stable across runs and builds (unlike `DefaultHasher`'s keys).
@@ -293,7 +299,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         Ok(r) => r.parse()?,
         Err(_) => 1,
     };
-    if std::env::var_os("DIGEST_INTERLEAVE").is_some() {
+    if repeat == 0 {
+        return Err("DIGEST_REPEAT must be at least 1".into());
+    }
+    let interleave = std::env::var("DIGEST_INTERLEAVE").is_ok_and(|v| !v.is_empty() && v != "0");
+    if interleave {
         // Every graph analysed first; then round after round, each request
         // planned once per round, so that the machine's drift reaches
         // every request alike.
