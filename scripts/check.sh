@@ -48,13 +48,13 @@ if [ "$(nproc 2>/dev/null || echo 1)" -ge 2 ]; then
     pytest_opts=(-p no:cacheprovider)
     logs=$(mktemp -d)
     trap 'rm -rf "$logs"' EXIT
-    pid0='' pid1=''
+    pids=('' '')
     # Each run in a process group of its own (job control on while they
     # start), so that an interrupt stops all a run started; what each run
     # printed so far is shown.
     stop() {
         local pid onednn
-        for pid in "$pid0" "$pid1"; do
+        for pid in "${pids[@]}"; do
             [ -n "$pid" ] && kill -TERM -- "-$pid" 2>/dev/null || true
         done
         for onednn in 0 1; do
@@ -66,25 +66,23 @@ if [ "$(nproc 2>/dev/null || echo 1)" -ge 2 ]; then
     trap 'stop 130' INT
     trap 'stop 143' TERM
     set -m
-    run_tests 0 "$@" < /dev/null > "$logs/0.log" 2>&1 &
-    pid0=$!
-    run_tests 1 "$@" < /dev/null > "$logs/1.log" 2>&1 &
-    pid1=$!
+    for onednn in 0 1; do
+        run_tests "$onednn" "$@" < /dev/null > "$logs/$onednn.log" 2>&1 &
+        pids[onednn]=$!
+    done
     set +m
-    rc0=0 rc1=0
-    wait "$pid0" || rc0=$?
-    pid0=''
-    wait "$pid1" || rc1=$?
-    pid1=''
+    rcs=(0 0)
+    for onednn in 0 1; do
+        wait "${pids[onednn]}" || rcs[onednn]=$?
+        pids[onednn]=''
+    done
     trap - INT TERM
     for onednn in 0 1; do
-        rc=$rc0
-        [ "$onednn" -eq 1 ] && rc=$rc1
-        step "pytest, TF_ENABLE_ONEDNN_OPTS=$onednn: exit $rc"
+        step "pytest, TF_ENABLE_ONEDNN_OPTS=$onednn: exit ${rcs[onednn]}"
         cat "$logs/$onednn.log"
     done
-    if [ "$rc0" -ne 0 ] || [ "$rc1" -ne 0 ]; then
-        echo "FAILED: TF_ENABLE_ONEDNN_OPTS=0 exit $rc0, =1 exit $rc1" >&2
+    if [ "${rcs[0]}" -ne 0 ] || [ "${rcs[1]}" -ne 0 ]; then
+        echo "FAILED: TF_ENABLE_ONEDNN_OPTS=0 exit ${rcs[0]}, =1 exit ${rcs[1]}" >&2
         exit 1
     fi
 else
