@@ -278,6 +278,8 @@ class OpTable(TypedDict):
     list_adds_element: dict[str, int]
     list_takes_element: list[str]
     list_holds_input: list[str]
+    list_new: list[str]
+    list_sums: list[str]
     optional_from_value: list[str]
     identities: list[str]
     arguments: list[str]

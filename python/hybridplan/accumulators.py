@@ -301,7 +301,13 @@ def statements(data: bytes, bodies: list[Any], workspace: str | None) -> list[St
     gd = graph_pb2.GraphDef.FromString(data)
     loops = {n.name for n in gd.node if n.op in WHILE_OPS}
     held = {name: entries for name, _, entries in bodies if name in loops}
-    found = [f for f in _found(gd) if any(e[0] == f[1] for e in held.get(f[0].name, ()))]
+    # Both loops stated: a gradient loop whose memory is not is refused by the core with
+    # its own advice, which a statement naming it would hide.
+    found = [
+        f
+        for f in _found(gd)
+        if any(e[0] == f[1] for e in held.get(f[0].name, ())) and f[2].name in held
+    ]
     if not found:
         return []
     which = [(fwd.name, k) for fwd, k, _, _ in found]

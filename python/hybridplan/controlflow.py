@@ -30,10 +30,12 @@ whose outputs keep the node's names) is stated the same way (:func:`_loop`):
   loop-invariant variable of constant start (TensorFlow evaluates a stateless
   subgraph), or the counter output of a bounded loop (a gradient loop's);
 - **held**: each ``variant`` output the body fills by ``TensorListPushBack`` /
-  ``TensorListSetItem`` holds its elements times the trip count (branch 0); a pop adds
-  nothing; an element that is the same buffer every iteration (a ``ReadVariableOp``
-  value, a loop-invariant argument, a value of constants only, which Grappler folds into
-  one ``Const``) counts 0, and a tensor held by two lists once; a copy to the host
+  ``TensorListSetItem`` holds its elements times the trip count (branch 0), as does one
+  the body returns as an ``AddN`` of the list it carries and new lists it fills so (an
+  element one list leaves uninitialized is the other's buffer: a gradient loop summing
+  the gradient of the sequence it read); a pop adds nothing; an element that is the same
+  buffer every iteration (a ``ReadVariableOp`` value, a loop-invariant argument, a value
+  of constants only, which Grappler folds into one ``Const``) counts 0, and a tensor held by two lists once; a copy to the host
   (:mod:`hybridplan.accumulators`) counts 0 device bytes;
 - **scratch**: one iteration's peak less each ordinary loop variable twice (the node's
   input and output) and the list elements live at the peak.
@@ -81,6 +83,8 @@ _ADDS_ELEMENT: dict[str, int] = dict(_OPS["list_adds_element"])
 _TAKES_ELEMENT = frozenset(_OPS["list_takes_element"])
 #: TensorList ops whose list holds their input 0's buffer (``TensorListFromTensor``).
 _HOLDS_INPUT = frozenset(_OPS["list_holds_input"])
+_NEW_LIST = frozenset(_OPS["list_new"])  # a list holding no element's buffer
+_LIST_SUMS = frozenset(_OPS["list_sums"])  # lists added element by element
 _OPTIONAL = frozenset(_OPS["optional_from_value"])  # wraps its inputs in an optional
 _IDENTITY = frozenset(_OPS["identities"])  # output 0 is input 0, unchanged
 _ARGUMENT = frozenset(_OPS["arguments"])  # a function body's argument
@@ -291,7 +295,25 @@ def _loop(
             if producer is None:
                 return None
             if producer.op in _ADDS_ELEMENT:
-                element = _through_identity(producer.input[_ADDS_ELEMENT[producer.op]], by_name)
+                added = [_added(producer)]
+                ref = _through_identity(producer.input[0], by_name)
+            elif producer.op in _LIST_SUMS:
+                # The carried list summed with lists made this iteration: it holds their
+                # elements too (an element one list leaves uninitialized is the other's).
+                parts = [_through_identity(i, by_name) for i in producer.input if i[0] != "^"]
+                fresh = [_new_list_elements(p, by_name) for p in parts]
+                carried = [p for p, f in zip(parts, fresh, strict=True) if f is None]
+                if len(carried) != 1:
+                    return None  # no carried list, or two: not modelled
+                added = [e for f in fresh if f is not None for e in f]
+                ref = carried[0]
+            elif producer.op in _TAKES_ELEMENT:
+                added = []
+                ref = _through_identity(producer.input[0], by_name)
+            else:
+                return None  # a list op (or an op) not modelled: its bytes are unknown
+            for added_ref, dtype in added:
+                element = _through_identity(added_ref, by_name)
                 # An argument added each iteration is the value the body returned for it
                 # the iteration before: the same buffer, if that value is added too.
                 name = element.split(":")[0]
@@ -303,11 +325,7 @@ def _loop(
                     stated = _shape(element, by_name)
                     if stated is None:
                         return None
-                    dtype = int(producer.attr["element_dtype"].type)
                     held.append((k, 0, dtype, stated, trip))
-            elif producer.op not in _TAKES_ELEMENT:
-                return None  # a list op (or an op) not modelled: its bytes are unknown
-            ref = _through_identity(producer.input[0], by_name)
     # The scratch: one iteration's peak, less what the model counts already for the
     # whole loop: each loop variable twice (the node's input and its output; in the
     # body, the argument and the value returned for it, in whichever buffer) and the
@@ -318,6 +336,27 @@ def _loop(
         return None
     peak, _, elements = parts
     return node.name, max(0, peak - elements - 2 * loop_variables), sorted(held)
+
+
+def _added(adder: Any) -> tuple[str, int]:
+    """The element a list op of ``_ADDS_ELEMENT`` adds, and its dtype enum."""
+    return adder.input[_ADDS_ELEMENT[adder.op]], int(adder.attr["element_dtype"].type)
+
+
+def _new_list_elements(ref: str, by_name: dict[str, Any]) -> list[tuple[str, int]] | None:
+    """The elements (and their dtypes) added to a list the body makes (``_NEW_LIST``) on
+    the way to ``ref``, when ``ref`` is such a list; ``None`` otherwise."""
+    added = []
+    while True:
+        producer = by_name.get(ref.split(":")[0])
+        if producer is None:
+            return None
+        if producer.op in _NEW_LIST:
+            return added
+        if producer.op not in _ADDS_ELEMENT:
+            return None
+        added.append(_added(producer))
+        ref = _through_identity(producer.input[0], by_name)
 
 
 def _read_by_loops(name: str, gd: Any) -> set[int]:

@@ -430,7 +430,7 @@ pub(crate) fn check_supported(g: &Graph) -> Result<()> {
                 )
             } else if crate::opkind::is_loop(op) {
                 format!(
-                    "a loop in the {} pass whose memory could not be stated: its trip count must be a constant (tf.while_loop: maximum_iterations=a constant; a Keras RNN layer: a static sequence length), its body in the GraphDef's library with every shape known and no call, loop or Case inside, and it must be planned through hybridplan (Python), which reads the body (docs/control-flow.md); else unroll it (a Keras RNN layer: unroll=True)",
+                    "a loop in the {} pass whose memory could not be stated: its trip count must be a constant (tf.while_loop: maximum_iterations=a constant; a Keras RNN layer: a static sequence length), its body in the GraphDef's library with every shape known, no call, loop or Case inside and its lists filled by the list ops docs/control-flow.md names, and it must be planned through hybridplan (Python), which reads the body (docs/control-flow.md); else unroll it (a Keras RNN layer: unroll=True)",
                     g.phase[v].name()
                 )
             } else if crate::opkind::runs_as_one_op(op) {

@@ -85,6 +85,18 @@ pub const LIST_ADDS_ELEMENT: [(&str, usize); 2] =
 /// (the element is returned, the list holds one buffer less).
 pub const LIST_TAKES_ELEMENT: [&str; 1] = ["TensorListPopBack"];
 
+/// `TensorList` ops that make a list holding no element's buffer (a reserved
+/// list's elements are uninitialized until set).
+pub const LIST_NEW: [&str; 2] = ["TensorListReserve", "EmptyTensorList"];
+
+/// Ops that add `TensorList`s element by element: an element one list leaves
+/// uninitialized is the other list's buffer, not a copy (`BinaryAddTensors`,
+/// `variant_op_util.h`). A gradient loop sums the list of gradients it
+/// carries with a new list holding one new element (the gradient of a
+/// sequence the forward loop read one element at a time): the sum holds the
+/// carried list's elements and the new one.
+pub const LIST_SUMS: [&str; 1] = ["AddN"];
+
 /// The op a `while_v2` forward loop fills an accumulator with, one element
 /// per iteration (element: input 1), and the op its gradient loop empties it
 /// with: the structure of a list that can be kept on the host

@@ -806,13 +806,15 @@ fn op_facts(op: &str) -> (bool, bool, bool, Option<&'static str>) {
 fn op_table<'py>(py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
     use core::opkind as k;
     let d = PyDict::new(py);
-    let sets: [(&str, &[&str]); 18] = [
+    let sets: [(&str, &[&str]); 20] = [
         ("accumulator_push", &k::ACCUMULATOR_PUSH),
         ("accumulator_pop", &k::ACCUMULATOR_POP),
         ("conditionals", &k::CONDITIONALS),
         ("loops", &k::ONE_OP_LOOPS),
         ("list_takes_element", &k::LIST_TAKES_ELEMENT),
         ("list_holds_input", &k::LIST_HOLDS_INPUT),
+        ("list_new", &k::LIST_NEW),
+        ("list_sums", &k::LIST_SUMS),
         ("optional_from_value", &k::OPTIONAL_FROM_VALUE),
         ("identities", &k::IDENTITIES),
         ("arguments", &k::ARGUMENTS),
