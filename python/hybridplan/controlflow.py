@@ -35,8 +35,9 @@ whose outputs keep the node's names) is stated the same way (:func:`_loop`):
   element one list leaves uninitialized is the other's buffer: a gradient loop summing
   the gradient of the sequence it read); a pop adds nothing; an element that is the same
   buffer every iteration (a ``ReadVariableOp`` value, a loop-invariant argument, a value
-  of constants only, which Grappler folds into one ``Const``) counts 0, and a tensor held by two lists once; a copy to the host
-  (:mod:`hybridplan.accumulators`) counts 0 device bytes;
+  of constants only, which Grappler folds into one ``Const``) counts 0, and a tensor
+  held by two lists once; a copy to the host (:mod:`hybridplan.accumulators`) counts 0
+  device bytes;
 - **scratch**: one iteration's peak less each ordinary loop variable twice (the node's
   input and output) and the list elements live at the peak.
 
