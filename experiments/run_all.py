@@ -222,7 +222,6 @@ def child_memory(nodes: int, budget: int | None) -> dict:
     import hybridplan
 
     out: dict[str, Any] = {"nodes_requested": nodes, "rss_import": _rss_bytes()}
-    out["tensorflow_loaded"] = "tensorflow" in sys.modules
     data = hybridplan.testing.synthetic_graphdef(nodes, "mixed")
     out["graph_bytes"] = len(data)
     out["rss_graph"] = _rss_bytes()
@@ -235,6 +234,8 @@ def child_memory(nodes: int, budget: int | None) -> dict:
         out.update(budget=budget, planned_peak=p.planned["peak_bytes"], strategy=p.strategy)
     out["seconds"] = time.perf_counter() - t0
     out["rss_peak"] = _rss_bytes()
+    # After the call: whether anything on its way loaded TensorFlow.
+    out["tensorflow_loaded"] = "tensorflow" in sys.modules
     return out
 
 

@@ -100,6 +100,11 @@ BAD = [
     ("profile={1: 'x'}", lambda p: _plan(p, profile={1: "x"})(), r"profile\[1\]"),
     ("profile=[1, 2]", lambda p: _plan(p, profile=[1, 2])(), "profile must be a dict"),
     (
+        "profile summing past f64",
+        lambda p: _plan(p, profile={0: 1e308, 1: 1e308})(),
+        "op times of the profile sum to",
+    ),
+    (
         "tflms threshold 2**40",
         lambda p: _plan(p, strategy="swap", tflms={"threshold": 2**40})(),
         "tflms",

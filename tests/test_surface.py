@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import inspect
+import os
 import subprocess
 import sys
 
@@ -82,6 +83,43 @@ def test_importing_hybridplan_loads_neither_testing_nor_tensorflow():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.split() == ["False", "False"]
+
+
+def test_analysing_a_pb_file_with_cpu_kernels_loads_no_tensorflow(tmp_path):
+    """The CPU workspace rule (the default of ``analyze``, and the ``cpu`` device's) reads
+    TensorFlow's oneDNN rule without importing it (``_backend.onednn_rule``)."""
+    path = tmp_path / "step.pb"
+    path.write_bytes(hybridplan.testing.synthetic_graphdef(2000, "mixed"))
+    code = (
+        "import sys, hybridplan; "
+        f"hybridplan.analyze({str(path)!r}); "
+        f"hybridplan.analyze({str(path)!r}, device='cpu'); "
+        "print('tensorflow' in sys.modules)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["False"], out.stderr[-2000:]
+
+
+@pytest.mark.parametrize("env", [None, "0", "1", "TRUE", "False", "2", ""])
+def test_the_onednn_rule_is_tensorflows(env):
+    """Read before TensorFlow is imported, the rule gives TensorFlow's own answer in the
+    same process (``IsMklEnabled``), however ``TF_ENABLE_ONEDNN_OPTS`` is set (a value
+    TensorFlow does not read as a bool leaves its default)."""
+    pytest.importorskip("tensorflow")
+    code = (
+        "import sys; from hybridplan import _backend; rule = _backend.onednn_rule(); "
+        "assert 'tensorflow' not in sys.modules; "
+        "from tensorflow.python.util import _pywrap_util_port; "
+        "print(rule, bool(_pywrap_util_port.IsMklEnabled()), _backend.onednn_enabled())"
+    )
+    environ = {k: v for k, v in os.environ.items() if k != "TF_ENABLE_ONEDNN_OPTS"}
+    if env is not None:
+        environ["TF_ENABLE_ONEDNN_OPTS"] = env
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, env=environ
+    )
+    rule, tf, enabled = out.stdout.split()
+    assert rule == tf == enabled, (env, out.stdout)
 
 
 def test_the_encoder_writes_what_tensorflow_reads():

@@ -21,17 +21,68 @@ __all__ = [
     "cpu_workspace_rule",
     "onednn_enabled",
     "onednn_own_kernel_types",
+    "onednn_rule",
     "workspace_rule",
 ]
 
 
 def onednn_enabled() -> bool:
-    """Whether this process's TensorFlow runs oneDNN's CPU kernels: TensorFlow's own
-    decision (``IsMKLEnabled``: ``TF_ENABLE_ONEDNN_OPTS`` when set, else on only for CPUs
-    with AVX512_VNNI / AVX512_BF16 / AMX), read through ``_pywrap_util_port``."""
-    from tensorflow.python.util import _pywrap_util_port
+    """Whether TensorFlow runs oneDNN's CPU kernels in this process (``IsMKLEnabled``).
+    Once TensorFlow is imported, its own answer (``_pywrap_util_port``); before, its rule
+    read here without importing it (:func:`onednn_rule`), so a ``.pb`` file is analysed
+    without TensorFlow."""
+    import sys
 
-    return bool(_pywrap_util_port.IsMklEnabled())
+    if "tensorflow" in sys.modules:
+        try:
+            from tensorflow.python.util import _pywrap_util_port
+        except ImportError:  # a TensorFlow without the port module: its rule
+            return onednn_rule()
+        return bool(_pywrap_util_port.IsMklEnabled())
+    return onednn_rule()
+
+
+#: The ``/proc/cpuinfo`` flags of the x86 features for which TensorFlow turns oneDNN on
+#: by default on Linux (``DefaultOneDnnPolicy``, tensorflow/core/util/util.cc).
+ONEDNN_DEFAULT_FLAGS = frozenset(
+    {"avx512_vnni", "avx512_bf16", "avx_vnni", "amx_tile", "amx_int8", "amx_bf16"}
+)
+
+
+def onednn_rule(env: str | None = None, flags: set[str] | None = None) -> bool:
+    """TensorFlow's rule for oneDNN (``IsMklEnabled``, tensorflow/core/util/util.cc):
+    ``TF_ENABLE_ONEDNN_OPTS`` (``env``; default: this process's) when it is ``0``,
+    ``false``, ``1`` or ``true`` in any case; else on for Linux on x86-64 CPUs with one
+    of :data:`ONEDNN_DEFAULT_FLAGS` (``flags``; default: this CPU's) and on an Arm
+    Neoverse V1; off elsewhere."""
+    import platform
+    import sys
+
+    env = os.environ.get("TF_ENABLE_ONEDNN_OPTS") if env is None else env
+    if env is not None:
+        value = env.lower()
+        if value in ("0", "false"):
+            return False
+        if value in ("1", "true"):
+            return True
+    if not sys.platform.startswith("linux"):
+        return False
+    if platform.machine() in ("aarch64", "arm64"):
+        return _cpu_part() == "0xd40"  # Neoverse V1 (implementer 0x41, Arm)
+    flags = cpu_flags() if flags is None else flags
+    return bool(flags and ONEDNN_DEFAULT_FLAGS & flags)
+
+
+def _cpu_part() -> str | None:
+    """The ``CPU part`` of CPU 0 in ``/proc/cpuinfo`` (Arm), or None."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("CPU part"):
+                    return line.split(":", 1)[1].strip().lower()
+    except OSError:
+        pass
+    return None
 
 
 def intra_op_threads() -> int:

@@ -437,8 +437,9 @@ fn einsum_flops(g: &Graph, v: u32, out: Option<u32>) -> f64 {
 /// `(node id, seconds)`; nodes not listed keep their estimate.
 ///
 /// # Errors
-/// [`PlanError::InvalidArgument`] for a node id out of range or a time that
-/// is negative or not finite.
+/// [`PlanError::InvalidArgument`] for a node id out of range, a time that
+/// is negative or not finite, or times whose sum over the step is above
+/// [`MAX_STEP_S`] (the simulations add them up, with copies and clones).
 ///
 /// # Complexity
 /// O(N + len(times)).
@@ -458,8 +459,19 @@ pub(crate) fn with_profile(costs: &OpCosts, times: &[(u32, f64)]) -> Result<OpCo
         }
         *slot = t;
     }
+    let total: f64 = c.time_s.iter().sum();
+    if !(total <= MAX_STEP_S) {
+        return Err(PlanError::InvalidArgument(format!(
+            "the op times of the profile sum to {total:e} s, above {MAX_STEP_S:e} s: give each node's time in seconds"
+        )));
+    }
     Ok(c)
 }
+
+/// The most seconds a step's op times may sum to: the simulations add op,
+/// copy and clone times, and every sum of them stays finite with this much
+/// room (a step of 10^300 s is no measurement).
+pub(crate) const MAX_STEP_S: f64 = 1e300;
 
 #[cfg(test)]
 mod tests {
@@ -575,5 +587,9 @@ mod tests {
         assert!(with_profile(&c, &[(2, 0.5)]).is_err());
         assert!(with_profile(&c, &[(1, f64::NAN)]).is_err());
         assert!(with_profile(&c, &[(1, -1.0)]).is_err());
+        // Each time finite, their sum not: refused, as is a sum above the bound.
+        assert!(with_profile(&c, &[(0, 1e308), (1, 1e308)]).is_err());
+        assert!(with_profile(&c, &[(1, 2e300)]).is_err());
+        assert!(with_profile(&c, &[(1, 1e299)]).is_ok());
     }
 }
