@@ -180,3 +180,52 @@ def test_noinline_call_is_kept_and_refused_in_the_forward_pass():
     }
     with pytest.raises(hybridplan.UnsupportedGraphError, match=r"PartitionedCall.*_noinline"):
         hybridplan.plan(traced.graph_def, "1GiB", device="cpu", loss=traced.loss_source)
+
+
+def _recursive_call_graph(depth: int):
+    """``x -> call f0 -> relu`` where ``f{i}`` calls ``f{i+1}`` and the last calls ``f0``
+    (every node shaped but the inlined ones: what TensorFlow's importer would infer)."""
+    graph_pb2 = pytest.importorskip("tensorflow.core.framework.graph_pb2")
+
+    def shaped(n):
+        n.attr["_output_shapes"].list.shape.add().dim.add(size=4)
+
+    g = graph_pb2.GraphDef()
+    x = g.node.add(name="x", op="Placeholder")
+    x.attr["dtype"].type = 1
+    shaped(x)
+    c = g.node.add(name="call", op="PartitionedCall", input=["x"])
+    c.attr["f"].func.name = "f0"
+    c.attr["Tin"].list.type.append(1)
+    c.attr["Tout"].list.type.append(1)
+    shaped(c)
+    r = g.node.add(name="r", op="Relu", input=["call"])
+    r.attr["T"].type = 1
+    shaped(r)
+    for i in range(depth):
+        f = g.library.function.add()
+        f.signature.name = f"f{i}"
+        f.signature.input_arg.add(name="a", type=1)
+        f.signature.output_arg.add(name="o", type=1)
+        n = f.node_def.add(name="c", op="PartitionedCall", input=["a"])
+        n.attr["f"].func.name = f"f{(i + 1) % depth}"
+        n.attr["Tin"].list.type.append(1)
+        n.attr["Tout"].list.type.append(1)
+        f.ret["o"] = "c:output:0"
+    return g
+
+
+@pytest.mark.parametrize("depth", [1, 3])
+def test_a_recursive_library_is_refused_not_imported(depth):
+    """TensorFlow's importer does not return from a recursive library (the process dies):
+    the shapes the inlined nodes lack are not inferred, and the step is refused with a
+    typed error naming the cycle."""
+    from hybridplan.inlining import recursive_function
+
+    g = _recursive_call_graph(depth)
+    cycle = [f"f{i}" for i in range(depth)] + ["f0"]
+    assert recursive_function(g.library) == cycle
+    with pytest.raises(hybridplan.UnsupportedGraphError, match="library is recursive"):
+        hybridplan.analyze(g.SerializeToString())
+    g.library.function[-1].node_def[0].attr["f"].func.name = "missing"  # the cycle cut
+    assert recursive_function(g.library) is None

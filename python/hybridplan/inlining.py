@@ -32,7 +32,9 @@ calls by function name.
 **Shapes.** Body nodes keep the ``_output_shapes`` TensorFlow wrote into the library; a
 node left without them (a GraphDef written without shapes) gets the shapes TensorFlow's
 shape inference gives when the inlined graph is imported (its ``_output_shapes`` read as
-facts).
+facts); with a recursive library (a function that runs itself, directly or through
+others: TensorFlow's importer does not return from one) a node without them is an
+:class:`~hybridplan.errors.UnsupportedGraphError`.
 
 **Complexity.** O(N + B) time and memory for N graph nodes and B inlined body nodes,
 times the nesting depth for the output-name maps; bounded by the library: a function is
@@ -49,9 +51,9 @@ from __future__ import annotations
 from typing import Any
 
 from . import _core
-from .errors import InvalidGraphError
+from .errors import InvalidGraphError, UnsupportedGraphError
 
-__all__ = ["CALL_OPS", "inline_calls", "inlined", "maybe_inline"]
+__all__ = ["CALL_OPS", "inline_calls", "inlined", "maybe_inline", "recursive_function"]
 
 #: The ops that call one function of the library with the node's inputs and return its
 #: outputs (the inlinable calls; the other function-running ops are control flow): the
@@ -330,14 +332,64 @@ def _refs(node: Any, lib: dict[str, Any]) -> list[str]:
     return names
 
 
+def recursive_function(library: Any) -> list[str] | None:
+    """A cycle of calls in a ``FunctionDefLibrary`` (``[f, g, ..., f]``: ``f``'s body
+    runs ``g``, ...), or None. A body runs a function by op name or through an attribute
+    (``f``, ``body``, ``then_branch``, lists of functions). O(F + E) for F functions and E
+    of their nodes and attributes."""
+    lib = {f.signature.name: f for f in library.function}
+
+    def callees(name: str) -> list[str]:
+        out = []
+        for n in lib[name].node_def:
+            if n.op in lib:
+                out.append(n.op)
+            for a in n.attr.values():
+                out.extend(f.name for f in (a.func, *a.list.func) if f.name in lib)
+        return out
+
+    state: dict[str, int] = {}  # 1: on the path, 2: done
+    for root in lib:
+        if root in state:
+            continue
+        path = [root]
+        stack = [iter(callees(root))]
+        state[root] = 1
+        while stack:
+            nxt = next(stack[-1], None)
+            if nxt is None:
+                state[path.pop()] = 2
+                stack.pop()
+            elif state.get(nxt) == 1:
+                return [*path[path.index(nxt) :], nxt]
+            elif nxt not in state:
+                state[nxt] = 1
+                path.append(nxt)
+                stack.append(iter(callees(nxt)))
+    return None
+
+
 def _fill_missing_shapes(gd: Any) -> None:
-    """Gives nodes without ``_output_shapes`` the shapes TensorFlow infers on import."""
+    """Gives nodes without ``_output_shapes`` the shapes TensorFlow infers on import.
+
+    Raises:
+        UnsupportedGraphError: some lack them and the library is recursive (TensorFlow's
+            importer does not return from one)."""
     lib = {f.signature.name for f in gd.library.function}
     missing = [
         n for n in gd.node if "_output_shapes" not in n.attr and (n.op in lib or _has_outputs(n.op))
     ]
     if not missing:
         return
+    cycle = recursive_function(gd.library)
+    if cycle is not None:
+        raise UnsupportedGraphError(
+            f"the GraphDef's library is recursive ({' -> '.join(map(repr, cycle))}): "
+            f"TensorFlow cannot import it to infer the shapes {len(missing)} nodes lack "
+            f"(the first {missing[0].name!r}), and no recursive call can be planned; "
+            "export a step without recursion, its shapes written "
+            "(as_graph_def(add_shapes=True))"
+        )
     import tensorflow as tf
     from tensorflow.core.framework import graph_pb2
 
