@@ -398,3 +398,28 @@ def test_a_graph_tensorflow_rejects_is_the_graphs_error_not_the_plans():
     assert p.swaps
     with pytest.raises(hybridplan.InvalidGraphError, match="TensorFlow does not accept this graph"):
         hybridplan.apply(gd, 41242, strategy="tflms", min_bytes=1024)
+
+
+@pytest.mark.parametrize("fraction", [0.8, 1.5])
+def test_bytes_malformed_where_the_core_does_not_read_are_the_graphs_error(fraction):
+    """The core reads only the fields it plans with: an attribute value whose tag is not
+    a valid protobuf tag passes the analysis and the plan. The rewrite parses the whole
+    message (TensorFlow's parser refuses it): a typed error about the graph, whether the
+    step needs a plan or already fits, and nothing returned."""
+    gd = graph_pb2.GraphDef.FromString(
+        hybridplan.testing.synthetic_graphdef(120, "mixed", batch=2, size=8, channels=8)
+    )
+    gd.node[3].attr["zz_marker"].i = 77  # AttrValue bytes: tag 0x18 (field 3, varint), 77
+    data = bytearray(gd.SerializeToString())
+    at = data.index(b"zz_marker")
+    tag = data.index(b"\x18\x4d", at)
+    data[tag] = 0xFF  # field 31, wire type 7: no such wire type
+    data = bytes(data)
+    from google.protobuf.message import DecodeError
+
+    with pytest.raises(DecodeError):
+        graph_pb2.GraphDef.FromString(data)
+    a = hybridplan.analyze(data)
+    budget = int(a.peak_bytes * fraction)
+    with pytest.raises(hybridplan.InvalidGraphError, match="malformed where the planner"):
+        hybridplan.apply(data, budget, strategy="tflms", min_bytes=1024)

@@ -46,6 +46,27 @@ def graph_source(graph: GraphLike) -> Inlined:
     return Inlined(data, loss, control_flow)
 
 
+def parse_graph_def(data: bytes) -> Any:
+    """``data`` parsed by TensorFlow's protobuf parser (TensorFlow needed).
+
+    Raises:
+        InvalidGraphError: the parser refuses the bytes. The core reads only the fields it
+            plans with, so bytes malformed elsewhere (an attribute it skips) pass the
+            analysis and fail here, where the whole message is read.
+    """
+    from google.protobuf.message import DecodeError
+    from tensorflow.core.framework import graph_pb2
+
+    try:
+        return graph_pb2.GraphDef.FromString(data)
+    except DecodeError as e:
+        raise InvalidGraphError(
+            f"the GraphDef's bytes are malformed where the planner does not read them "
+            f"(TensorFlow's parser: {e}): export the step again "
+            "(as_graph_def().SerializeToString())"
+        ) from None
+
+
 def graph_bytes(graph: GraphLike) -> tuple[bytes, str | None]:
     """Returns the serialized GraphDef and the loss name when the argument knows it.
 

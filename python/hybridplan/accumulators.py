@@ -296,9 +296,9 @@ def statements(data: bytes, bodies: list[Any], workspace: str | None) -> list[St
 
     if not bodies:
         return []
-    from tensorflow.core.framework import graph_pb2
+    from ._graphio import parse_graph_def
 
-    gd = graph_pb2.GraphDef.FromString(data)
+    gd = parse_graph_def(data)
     loops = {n.name for n in gd.node if n.op in WHILE_OPS}
     held = {name: entries for name, _, entries in bodies if name in loops}
     # Both loops stated: a gradient loop whose memory is not is refused by the core with

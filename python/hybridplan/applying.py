@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ._gc import gc_paused
-from ._graphio import GraphLike, graph_source
+from ._graphio import GraphLike, graph_source, parse_graph_def
 from .planning import Plan, plan
 
 __all__ = ["PlannedStep", "Result", "apply", "function", "keras_step", "rewrite_plan"]
@@ -110,8 +110,6 @@ def apply(
         >>> r.report["planned"]["peak_bytes"] <= r.plan.budget  # doctest: +SKIP
         True
     """
-    from tensorflow.core.framework import graph_pb2
-
     # Inlined: plan and the rewrite take the bytes as they are, without scanning them again.
     given = graph_source(graph_def)
     data, traced_loss = given.data, given.loss
@@ -131,7 +129,7 @@ def apply(
             "inserted": {"swap_out": 0, "swap_in": 0, "clones": 0},
             "note": "the step already fits the budget: nothing to plan, graph unchanged",
         }
-        return Result(graph_pb2.GraphDef.FromString(data), p, _report(p, written, added), None)
+        return Result(parse_graph_def(data), p, _report(p, written, added), None)
     # The bytes go to the rewrite, which parses them once and edits that copy: no other
     # parsed copy of the graph is made (at 10^6 nodes each costs about a GiB).
     out = rewrite_plan(given, p, target)
@@ -187,9 +185,7 @@ def tensorflow_rejects(graph_def: Any) -> str | None:
     if isinstance(graph_def, Inlined):
         graph_def = graph_def.data
     if isinstance(graph_def, (bytes, bytearray, memoryview)):
-        from tensorflow.core.framework import graph_pb2
-
-        graph_def = graph_pb2.GraphDef.FromString(bytes(graph_def))
+        graph_def = parse_graph_def(bytes(graph_def))
 
     try:
         with tf.Graph().as_default():

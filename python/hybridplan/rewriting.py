@@ -99,7 +99,7 @@ from typing import TYPE_CHECKING, Any
 
 from . import _args, _core
 from ._gc import gc_paused
-from ._graphio import Inlined
+from ._graphio import Inlined, parse_graph_def
 from .errors import InvalidArgumentError, UnsupportedGraphError
 from .inlining import inlined, maybe_inline
 
@@ -329,10 +329,10 @@ def _rewrite(
             spec.pin_consumers,
             prefix,
         )
-        out = graph_pb2.GraphDef.FromString(written[0])
+        out = parse_graph_def(written[0])
         written = written[1:]  # the bytes (as large as the graph) are not kept
     elif data is not None:
-        out = graph_pb2.GraphDef.FromString(data)
+        out = parse_graph_def(data)
     else:
         out = graph_pb2.GraphDef()
         out.CopyFrom(origin)
