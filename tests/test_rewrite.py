@@ -392,6 +392,44 @@ def test_plan_errors_are_clear(case):
         rewrite(gd, {}, target="tpu")
 
 
+def test_an_edited_plan_of_the_core_is_an_invalid_argument():
+    """A plan's recomputes carry what their clones read from outside (``inputs``) and
+    the reads of their outputs (``readers``), which the rewrite takes as written: an
+    edited or another graph's plan is refused by name, never a KeyError or IndexError
+    from inside the rewrite."""
+    import copy
+
+    import hybridplan
+    import hybridplan.testing
+
+    gd = graph_pb2.GraphDef.FromString(
+        hybridplan.testing.synthetic_graphdef(400, "mixed", batch=2, size=8, channels=8)
+    )
+    a = hybridplan.analyze(gd)
+    report = hybridplan.plan(gd, a.budget_for(0.8), strategy="recompute", min_bytes=1024).report
+    assert report["recomputes"] and all(r["inputs"] for r in report["recomputes"])
+    rewrite(gd, report, target="cpu-emulation")  # as planned: taken
+    edits = [
+        (lambda r: r["recomputes"][0]["inputs"][0].update(node=10**9), "not a node index"),
+        (lambda r: r["recomputes"][0]["inputs"][0].update(output=77), "not an output of node"),
+        (lambda r: r["recomputes"][0]["inputs"].pop(0), "inputs does not list"),
+        (lambda r: r["recomputes"][0]["inputs"].append({"node": 0, "output": 0}), "inputs does"),
+        (lambda r: r["recomputes"][0]["nodes"].pop(0), "does not list"),
+        (lambda r: r["recomputes"][0]["readers"][0].pop("output"), "dict with node and output"),
+        (lambda r: r["recomputes"][0]["readers"][0].update(reads="x"), "count of reads"),
+        (lambda r: r["recomputes"][0]["readers"].pop(), "readers does not list"),
+        (lambda r: r["recomputes"][0].update(inputs=5), "inputs must be a list"),
+        (lambda r: r["recomputes"][0].update(consumers=5), "consumers must be a list"),
+        (lambda r: r.update(hosted_accumulators=[5]), "hosted_accumulators"),
+    ]
+    edits.append((lambda r: r.update(swaps=[{"node": 0, "ins": 5}]), "ins must be a list"))
+    for edit, message in edits:
+        edited = copy.deepcopy(report)
+        edit(edited)
+        with pytest.raises(InvalidArgumentError, match=message):
+            rewrite(gd, edited, target="cpu-emulation")
+
+
 def test_plan_values_are_taken_as_python_took_them(case):
     """The core writes the swaps (rust/core/src/writeback.rs): indices may be numpy
     integers; a value that is no index, or an output that is no integer, is a typed

@@ -229,7 +229,10 @@ def rewrite_spec(plan: Any) -> Mapping[str, Any]:
                         :300
                     ]
                 )
-            for j, entry in enumerate(e.get("ins", ())):
+            ins = e.get("ins", ())
+            if isinstance(ins, (str, bytes, Mapping)) or not hasattr(ins, "__iter__"):
+                raise InvalidArgumentError(f"swaps[{i}].ins must be a list ({hint})")
+            for j, entry in enumerate(ins):
                 if not _is_mapping(entry) or "trigger" not in entry:
                     raise InvalidArgumentError(
                         f"swaps[{i}].ins[{j}] must be a dict with a trigger ({hint})"

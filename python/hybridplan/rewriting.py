@@ -288,6 +288,18 @@ def rewrite_with_summary(
         return _rewrite(graph_def, swaps, plan, target, device, host, prefix)
 
 
+def _listed(entry: Mapping[str, Any], key: str, where: str) -> Sequence[Any]:
+    """``entry[key]``, a list (absent: empty)."""
+    value = entry.get(key, ())
+    if (
+        isinstance(value, (str, bytes))
+        or _args._is_mapping(value)
+        or not isinstance(value, Sequence)
+    ):
+        raise InvalidArgumentError(f"{where}.{key} must be a list, got {value!r}"[:300])
+    return value
+
+
 def _rewrite(
     graph_def: Any,
     swaps: Any,
@@ -343,7 +355,19 @@ def _rewrite(
         writer.recompute(r, rec)
     writer.check_redirects_used()
     writer.keep_fanouts()
-    hosted = [(h["node"], h["output"]) for h in plan.get("hosted_accumulators", ())]
+    hosted = []
+    for j, h in enumerate(_listed(plan, "hosted_accumulators", "plan")):
+        if not (
+            _args._is_mapping(h)
+            and isinstance(h.get("node"), str)
+            and type(h.get("output")) is int
+            and h["output"] >= 0
+        ):
+            raise InvalidArgumentError(
+                f"plan.hosted_accumulators[{j}] must be a dict with a loop's node name and "
+                f"an output, got {h!r}"[:300]
+            )
+        hosted.append((h["node"], h["output"]))
     if hosted:  # loop accumulators kept on the host: the loops' bodies copy them
         from .accumulators import host as host_accumulators
 
@@ -741,7 +765,7 @@ class _Writer:
 
     def recompute(self, r: int, rec: Mapping[str, Any]) -> None:
         where = f"recomputes[{r}]"
-        nodes = [self.index(v, f"{where}.nodes") for v in rec["nodes"]]
+        nodes = [self.index(v, f"{where}.nodes") for v in _listed(rec, "nodes", where)]
         if len(set(nodes)) != len(nodes):
             raise InvalidArgumentError(f"{where}: a node is listed twice in nodes")
         trigger = self.name(self.index(rec["trigger"], f"{where}.trigger"))
@@ -749,7 +773,7 @@ class _Writer:
         outputs: dict[str, str] = {}
         for v in nodes:
             self.check_clonable(v, where)
-        self.learn(rec, nodes)
+        self.learn(rec, nodes, where)
         gates: list[str] = []
         clones = set(clone_name.values())
         for v in nodes:
@@ -759,9 +783,9 @@ class _Writer:
                 outputs[_tensor(original, k)] = _tensor(clone_name[original], k)
         for key in outputs:
             self.taker.setdefault(key, gates[0] if gates else clone_name[self.name(nodes[0])])
-        for c in rec.get("consumers", ()):
+        for c in _listed(rec, "consumers", where):
             self.rewire(self.index(c, f"{where}.consumers"), outputs, where)
-        for c in rec.get("clone_consumers", ()):
+        for c in _listed(rec, "clone_consumers", where):
             self.add_redirect(self.index(c, f"{where}.clone_consumers"), outputs, where)
 
     def clone_names(
@@ -771,7 +795,11 @@ class _Writer:
         ``_ranked`` against the other inputs of the commutative nodes that will read it
         (clones in the set, rewired consumers, later clones). O(their inputs)."""
         names = {self.name(v) for v in nodes}
-        readers = [*nodes, *rec.get("consumers", ()), *rec.get("clone_consumers", ())]
+        readers = [
+            *nodes,
+            *_listed(rec, "consumers", where),
+            *_listed(rec, "clone_consumers", where),
+        ]
         readers_of: dict[str, list[int]] = {}
         for c in readers:
             c = self.index(c, where)
@@ -863,12 +891,16 @@ class _Writer:
         self.clone_of[clone.name] = original.name
         self.added[clone.name] = clone
 
-    def learn(self, rec: Mapping[str, Any], nodes: list[int]) -> None:
+    def learn(self, rec: Mapping[str, Any], nodes: list[int], where: str) -> None:
         """Records the producers of what the clones read from outside and the reads of
         the cloned nodes' outputs: from the plan (``inputs``, ``readers``: the core
-        writes both) in O(plan), else by one pass over the graph, O(nodes + edges)."""
+        writes both; checked against the clones' own inputs and outputs) in O(plan),
+        else by one pass over the graph, O(nodes + edges)."""
         inputs, readers = rec.get("inputs"), rec.get("readers")
-        if inputs is None or readers is None:
+        if inputs is not None and readers is not None:
+            inputs = self.checked_inputs(inputs, nodes, where)
+            readers = self.checked_readers(readers, nodes, where)
+        else:
             index = self.index_of()
             inside = {self.name(v) for v in nodes}
             if self._counts is None:
@@ -889,12 +921,71 @@ class _Writer:
             for v, k, n in readers:
                 self.reads_before.setdefault(_tensor(self.name(v), k), (v, k, n))
             return
-        for t in inputs:
-            p, k = t["node"], t["output"]
+        for p, k in inputs:
             self.producer[_tensor(self.name(p), k)] = (p, k)
-        for r in readers:
-            v, k = r["node"], r["output"]
-            self.reads_before.setdefault(_tensor(self.name(v), k), (v, k, r["reads"]))
+        for v, k, n in readers:
+            self.reads_before.setdefault(_tensor(self.name(v), k), (v, k, n))
+
+    def output_ref(self, entry: Any, what: str) -> tuple[int, int]:
+        """``(node, output)`` of a plan's tensor entry, a dict with a node index and an
+        output of that node."""
+        if not _args._is_mapping(entry) or "node" not in entry or "output" not in entry:
+            raise InvalidArgumentError(
+                f"{what} must be a dict with node and output, got {entry!r}"[:300]
+            )
+        v = self.index(entry["node"], f"{what}.node")
+        k = entry["output"]
+        if type(k) is not int or not 0 <= k < len(self.dtypes(v)):
+            raise InvalidArgumentError(
+                f"{what}.output = {k!r} is not an output of node {self.name(v)!r} "
+                f"(it has {len(self.dtypes(v))})"
+            )
+        return v, k
+
+    def checked_inputs(self, given: Any, nodes: list[int], where: str) -> list[tuple[int, int]]:
+        """The plan's ``inputs`` of a recompute: exactly the tensors its clones read from
+        outside it. O(the clones' inputs)."""
+        got = [
+            self.output_ref(t, f"{where}.inputs[{j}]")
+            for j, t in enumerate(_listed({"inputs": given}, "inputs", where))
+        ]
+        inside = {self.name(v) for v in nodes}
+        want = {
+            _parse_input(text)
+            for v in nodes
+            for text in self.inputs(v)
+            if not text.startswith("^") and _parse_input(text)[0] not in inside
+        }
+        if {(self.name(p), k) for p, k in got} != want or len(got) != len(want):
+            raise InvalidArgumentError(
+                f"{where}.inputs does not list each tensor the clones read from outside "
+                f"them once ({len(want)} tensors): the plan is another graph's, or was "
+                "edited; plan this graph again"
+            )
+        return got
+
+    def checked_readers(
+        self, given: Any, nodes: list[int], where: str
+    ) -> list[tuple[int, int, int]]:
+        """The plan's ``readers`` of a recompute: each output of its cloned nodes once,
+        with a count of reads. O(their outputs)."""
+        out = []
+        for j, r in enumerate(_listed({"readers": given}, "readers", where)):
+            v, k = self.output_ref(r, f"{where}.readers[{j}]")
+            n = r.get("reads")
+            if type(n) is not int or n < 0:
+                raise InvalidArgumentError(
+                    f"{where}.readers[{j}].reads must be a count of reads, got {n!r}"
+                )
+            out.append((v, k, n))
+        want = {(v, k) for v in nodes for k in range(len(self.dtypes(v)))}
+        if {(v, k) for v, k, _ in out} != want or len(out) != len(want):
+            raise InvalidArgumentError(
+                f"{where}.readers does not list each output of the cloned nodes once "
+                f"({len(want)} outputs): the plan is another graph's, or was edited; plan "
+                "this graph again"
+            )
+        return out
 
     def index_of(self) -> dict[str, int]:
         """Node name -> index, built once, only for plans that do not carry what
