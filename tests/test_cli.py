@@ -253,8 +253,19 @@ def _cli(*args, **kw):
         lambda t: ["--json", str(t / "missing" / "plan.json")],
         lambda t: ["--report", str(t / "file.txt")],  # a file named as the report folder
         lambda t: ["-o", str(t / "ro" / "out.pb")],  # a read-only folder (not for root)
+        lambda t: ["--json", str(t / "out.pb")],  # the same file as -o
+        lambda t: ["-o", str(t / "file.txt" / "out.pb")],  # a file as the folder
+        lambda t: ["-o", "INPUT"],  # the input graph itself
     ],
-    ids=["dir as -o", "json in missing dir", "report is a file", "read-only dir"],
+    ids=[
+        "dir as -o",
+        "json in missing dir",
+        "report is a file",
+        "read-only dir",
+        "json is -o",
+        "file as dir",
+        "-o is the input",
+    ],
 )
 def test_bad_output_paths_exit_3_before_any_work_and_write_nothing(synth, tmp_path, bad, capsys):
     path, _, half = synth
@@ -265,11 +276,14 @@ def test_bad_output_paths_exit_3_before_any_work_and_write_nothing(synth, tmp_pa
         pytest.skip("root writes into read-only folders")
     before = sorted(p.name for p in tmp_path.rglob("*"))
     good = ["-o", str(tmp_path / "out.pb"), "--json", str(tmp_path / "p.json")]
-    code = main(["plan", str(path), "--budget", str(half), *good, *bad(tmp_path)])
+    given = [str(path) if a == "INPUT" else a for a in bad(tmp_path)]
+    graph = path.read_bytes()
+    code = main(["plan", str(path), "--budget", str(half), *good, *given])
     err = capsys.readouterr().err
     assert code == EXIT_BAD_INPUT, err
     assert err.startswith("hybridplan: error:") and len(err.strip().splitlines()) == 1
     assert sorted(p.name for p in tmp_path.rglob("*")) == before  # all or none
+    assert path.read_bytes() == graph
 
 
 def test_trace_checks_its_output_before_tracing(tmp_path, capsys, monkeypatch):

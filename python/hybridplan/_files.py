@@ -43,15 +43,30 @@ def _mode_for(path: Path) -> int:
 
 
 def check_outputs(
-    files: Iterable[str | os.PathLike] = (), dirs: Iterable[str | os.PathLike] = ()
+    files: Iterable[str | os.PathLike] = (),
+    dirs: Iterable[str | os.PathLike] = (),
+    inputs: Iterable[str | os.PathLike] = (),
 ) -> None:
     """Raises :class:`InvalidArgumentError` unless every file in ``files`` and every
-    directory in ``dirs`` (created later if missing) can be written."""
+    directory in ``dirs`` (created later if missing) can be written, no two files are one,
+    and none is one of the ``inputs`` (files read, which a write would replace)."""
+    seen: dict[str, Path] = {}
+    read = {os.path.realpath(i): Path(i) for i in inputs if i is not None}
     for f in files:
         path = Path(f)
         if path.is_dir():
             raise InvalidArgumentError(f"the output {path} is a directory: name a file")
         _writable_dir(path.parent if str(path.parent) else Path("."), f"the output {path}")
+        real = os.path.realpath(path)
+        if real in seen:
+            raise InvalidArgumentError(
+                f"the outputs {seen[real]} and {path} are one file: name a file for each"
+            )
+        if real in read:
+            raise InvalidArgumentError(
+                f"the output {path} is the input {read[real]}: name another file"
+            )
+        seen[real] = path
     for d in dirs:
         path = Path(d)
         if path.exists() and not path.is_dir():
@@ -63,6 +78,8 @@ def check_outputs(
 
 
 def _writable_dir(d: Path, what: str) -> None:
+    if d.exists() and not d.is_dir():
+        raise InvalidArgumentError(f"{what}: {d} is a file, not a directory")
     if not d.is_dir():
         raise InvalidArgumentError(f"{what}: the directory {d} does not exist")
     if not os.access(d, os.W_OK | os.X_OK):
@@ -73,9 +90,10 @@ def write_all(files: Mapping[Path, bytes]) -> None:
     """Writes every ``path: data`` pair, all or none (see the module docstring)."""
     temps: list[tuple[str, Path]] = []
     made: list[Path] = []  # directories this call created, parents first
+    current = None  # the file being written: an error names it, not its temporary
     try:
         for path, data in files.items():
-            path = Path(path)
+            path = current = Path(path)
             made.extend(_make_parents(path.parent))
             mode = _mode_for(path)
             fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
@@ -86,10 +104,11 @@ def write_all(files: Mapping[Path, bytes]) -> None:
                 f.flush()
                 os.fsync(f.fileno())
         for tmp, path in temps:
+            current = path
             os.replace(tmp, path)
     except OSError as e:
         _undo(temps, made)
-        where = e.filename or ", ".join(str(p) for p in files)
+        where = current or e.filename or ", ".join(str(p) for p in files)
         raise InvalidArgumentError(f"cannot write {where}: {e.strerror or e}") from None
     except BaseException:
         _undo(temps, made)

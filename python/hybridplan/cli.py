@@ -408,7 +408,7 @@ def _cmd_plan(args: argparse.Namespace) -> int:
     from .report import report_files, summary_table
 
     outputs = [f for f in (args.output, args.json) if f]
-    check_outputs(outputs, [args.report] if args.report else [])
+    check_outputs(outputs, [args.report] if args.report else [], inputs=[args.graph])
     files: dict[Path, bytes] = {}
     options = dict(strategy=args.strategy, device=args.device, loss=args.loss)
     with stages(2 if args.output else 1) as stage:
@@ -459,7 +459,7 @@ def _cmd_replay(args: argparse.Namespace) -> int:
     from ._files import check_outputs
     from .replaying import replay, save_replay
 
-    check_outputs([args.output])
+    check_outputs([args.output], inputs=[args.graph, args.plan])
     options = {} if args.plan else _plan_options(args)
     r = replay(
         args.graph,
