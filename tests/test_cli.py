@@ -467,3 +467,20 @@ def test_plan_reads_and_decodes_the_graph_once(synth, tmp_path, monkeypatch):
     args = ["plan", str(path), "--budget", str(half), "--device", "a100-pcie4"]
     assert main([*args, "-o", str(out)]) == 0
     assert calls == ["read", "plan"]
+
+
+def test_the_help_s_first_commands_work(tmp_path, monkeypatch, capsys):
+    """The commands ``hybridplan --help`` starts a user with (after the demo) run as
+    written, in order, each with exit 0: the trace writes the step the others read."""
+    import re
+
+    import hybridplan.cli as cli
+
+    start = " ".join(cli.__doc__.split("\n\n")[1].split())  # the "Start with" paragraph
+    commands = re.findall(r"``hybridplan ([a-z][^`]*)``", start)
+    commands = [c for c in commands if not c.startswith(("demo", "COMMAND"))]
+    assert [c.split()[0] for c in commands] == ["trace", "analyze", "compare"], commands
+    monkeypatch.chdir(tmp_path)
+    for command in commands:
+        code = main(command.split())
+        assert code == 0, (command, capsys.readouterr().err[-2000:])

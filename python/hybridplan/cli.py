@@ -2,9 +2,9 @@
 recompute so that it fits a device memory budget, and write the plan back into
 its GraphDef as real ops.
 
-Start with ``hybridplan demo``, or ``hybridplan trace small_cnn -o step.pb``,
-then ``hybridplan analyze step.pb`` and ``hybridplan compare step.pb --budget
-200KiB``; ``hybridplan COMMAND --help`` lists each command's options.
+Start with ``hybridplan demo``, or ``hybridplan trace resnet50 --size 2048 --batch 2
+-o step.pb``, then ``hybridplan analyze step.pb`` and ``hybridplan compare step.pb
+--budget 8GiB``; ``hybridplan COMMAND --help`` lists each command's options.
 
 Exit codes: 0 success; 2 usage error; 3 bad input (unreadable or invalid
 graph, bad argument); 4 unsupported graph; 5 no plan fits the budget;
