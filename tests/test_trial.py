@@ -288,3 +288,15 @@ def test_the_default_fraction_falls_back_to_a_reachable_one_and_prints_briefly()
     text = repr(t)
     assert text.startswith("Trial('hybrid': losses and weights equal bit for bit")
     assert len(text) < 400 and "array(" not in text
+
+
+def test_trial_takes_a_registered_model_s_name():
+    """As the CLI's ``trial MODEL`` does: a name is the model at its defaults; anything
+    else that is not a workload is a typed error, before any work."""
+    from hybridplan.errors import InvalidArgumentError
+
+    t = trial("small_cnn", fraction=0.9)
+    assert t.same_losses and t.same_weights and t.within_budget, t
+    for bad, message in ((5, "must be a hybridplan.models.Workload"), ("nosuch", "unknown")):
+        with pytest.raises(InvalidArgumentError, match=message):
+            trial(bad)

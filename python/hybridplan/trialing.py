@@ -100,7 +100,8 @@ def trial(
     min_bytes: int = 1 << 12,
     **plan_options: Any,
 ) -> Trial:
-    """Traces ``workload`` (a :class:`hybridplan.models.Workload`), plans it for
+    """Traces ``workload`` (a :class:`hybridplan.models.Workload`, or the name of one
+    :func:`hybridplan.models.build` makes at its defaults), plans it for
     the ``cpu`` device model under ``budget`` (bytes or a string, persistent
     bytes included) or, when ``budget`` is None, under ``Analysis.budget_for(fraction)``:
     the persistent bytes and the largest scratch one kernel takes (no plan removes it; 0
@@ -128,6 +129,15 @@ def trial(
     if not 0 < f <= 1:
         raise InvalidArgumentError(f"fraction must be in (0, 1], got {f}")
     steps = _args.count(steps, "steps", low=1, high=10**6)
+    if isinstance(workload, str):  # a registered model, built at its defaults
+        from .models import build
+
+        workload = build(workload)
+    elif not callable(getattr(workload, "trace", None)):
+        raise InvalidArgumentError(
+            "workload must be a hybridplan.models.Workload (models.build, from_keras) or "
+            f"a registered model's name, got {type(workload).__name__}"
+        )
     traced = workload.trace()
     a = analyze(
         traced,
