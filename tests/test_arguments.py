@@ -100,6 +100,16 @@ BAD = [
     ("profile={1: 'x'}", lambda p: _plan(p, profile={1: "x"})(), r"profile\[1\]"),
     ("profile=[1, 2]", lambda p: _plan(p, profile=[1, 2])(), "profile must be a dict"),
     (
+        "analyze device with an unknown field",
+        lambda p: hybridplan.analyze(FIXTURE, device={"name": "x", "bogus": 1}),
+        "unknown field `bogus`",
+    ),
+    (
+        "analyze device missing fields",
+        lambda p: hybridplan.analyze(FIXTURE, device={"name": "x"}),
+        "every field is required",
+    ),
+    (
         "profile summing past f64",
         lambda p: _plan(p, profile={0: 1e308, 1: 1e308})(),
         "op times of the profile sum to",

@@ -152,12 +152,15 @@ def workspace_overrides(profile: Mapping[str, int] | None) -> list[tuple[str, in
 def _device_args(device: str | dict | os.PathLike) -> tuple[str, str | None, dict]:
     if isinstance(device, dict):
         _check_device_fields(device)
-        return "custom", json.dumps(device), device
+        text = json.dumps(device)
+        _core.checked_device(text)  # every field present and known: the core's reading
+        return "custom", text, device
     if isinstance(device, (os.PathLike, Path)) or (
         isinstance(device, str) and device.lower().endswith((".json", ".toml"))
     ):
         text, fields = _device_file(Path(device))
         _check_device_fields(fields, f" in {device}")
+        _core.checked_device(text)
         return "custom", text, fields
     if not isinstance(device, str):
         raise InvalidArgumentError(

@@ -633,6 +633,18 @@ fn device_preset(py: Python<'_>, name: &str) -> PyResult<String> {
     })
 }
 
+/// A device model's JSON read as planning reads it (`core::device::from_json`:
+/// every field present and known, each in range): the model's JSON, or the
+/// typed error naming what is wrong.
+#[pyfunction]
+fn checked_device(py: Python<'_>, text: &str) -> PyResult<String> {
+    let text = text.to_string();
+    run(py, move || {
+        let d = core::device::from_json(&text)?;
+        serde_json::to_string(&d).map_err(json_error)
+    })
+}
+
 /// Names of the device presets.
 #[pyfunction]
 fn device_presets() -> Vec<String> {
@@ -1150,6 +1162,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(analyze, m)?)?;
     m.add_function(wrap_pyfunction!(plan, m)?)?;
     m.add_function(wrap_pyfunction!(device_preset, m)?)?;
+    m.add_function(wrap_pyfunction!(checked_device, m)?)?;
     m.add_function(wrap_pyfunction!(device_presets, m)?)?;
     m.add_function(wrap_pyfunction!(synthetic_graphdef, m)?)?;
     m.add_function(wrap_pyfunction!(export_problem, m)?)?;
