@@ -85,6 +85,18 @@ def test_importing_hybridplan_loads_neither_testing_nor_tensorflow():
     assert out.stdout.split() == ["False", "False"]
 
 
+def test_the_submodules_the_docs_name_are_attributes():
+    """``hybridplan.runner.setup_cpu_emulation`` (docs/remat.md, docs/distributed.md)
+    and ``hybridplan.models.build`` work after ``import hybridplan`` alone."""
+    code = (
+        "import hybridplan; "
+        "print(callable(hybridplan.runner.setup_cpu_emulation), "
+        "callable(hybridplan.models.build))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["True", "True"], out.stderr[-2000:]
+
+
 def test_analysing_a_pb_file_with_cpu_kernels_loads_no_tensorflow(tmp_path):
     """The CPU workspace rule (the default of ``analyze``, and the ``cpu`` device's) reads
     TensorFlow's oneDNN rule without importing it (``_backend.onednn_rule``)."""

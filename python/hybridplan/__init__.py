@@ -102,10 +102,11 @@ _LAZY = {
     "trial": "trialing",
     "Trial": "trialing",
 }
-# Submodules importable as attributes, loaded on first use: ``hybridplan.models`` (needs
-# TensorFlow) and ``hybridplan.testing`` (graphs for tests and experiments, not in
-# ``__all__``).
-_SUBMODULES = {"models", "testing"}
+# Submodules importable as attributes, loaded on first use: ``hybridplan.models`` and
+# ``hybridplan.runner`` (both need TensorFlow; the docs call
+# ``hybridplan.runner.setup_cpu_emulation``) and ``hybridplan.testing`` (graphs for tests
+# and experiments, not in ``__all__``).
+_SUBMODULES = {"models", "runner", "testing"}
 
 
 def __getattr__(name: str) -> Any:
