@@ -110,6 +110,13 @@ BAD = [
         "every field is required",
     ),
     (
+        "fraction_of(nan)",
+        lambda p: hybridplan.analyze(FIXTURE).fraction_of(float("nan")),
+        "must be finite",
+    ),
+    ("fraction_of(None)", lambda p: hybridplan.analyze(FIXTURE).fraction_of(None), "budget"),
+    ("a path with a NUL byte", lambda p: hybridplan.analyze("step.pb\x00"), "null byte"),
+    (
         "profile summing past f64",
         lambda p: _plan(p, profile={0: 1e308, 1: 1e308})(),
         "op times of the profile sum to",

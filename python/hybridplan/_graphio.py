@@ -116,6 +116,8 @@ def _read_file(path: Path) -> bytes:
         raise InvalidArgumentError(f"no such file: {path}") from None
     except OSError as e:
         raise InvalidArgumentError(f"cannot read {path}: {e.strerror}") from None
+    except ValueError as e:  # a path no file can have (a NUL byte in it)
+        raise InvalidArgumentError(f"cannot read {str(path)!r}: {e}") from None
     if size > MAX_GRAPH_BYTES or len(data) > MAX_GRAPH_BYTES:
         raise InvalidGraphError(
             f"{path} holds more than {MAX_GRAPH_BYTES} bytes, protobuf's limit for a "

@@ -103,11 +103,17 @@ class Analysis:
         scratch = self.workspace_peak_bytes
         return self.persistent_bytes + scratch + int(f * self._reducible())
 
-    def fraction_of(self, budget: int) -> float:
+    def fraction_of(self, budget: Any) -> float:
         """The fraction :meth:`budget_for` maps to ``budget`` (bytes, persistent bytes
-        included): where it lies between the floor (0) and the original's peak (1)."""
+        included, or a size string such as ``"8GiB"``): where it lies between the floor
+        (0) and the original's peak (1); below 0 for a budget under the floor, above 1
+        for one over the peak.
+
+        Raises:
+            InvalidArgumentError: ``budget`` is not a byte count.
+        """
         floor = self.persistent_bytes + self.workspace_peak_bytes
-        return (int(budget) - floor) / max(1, self._reducible())
+        return (_args.parse_bytes(budget) - floor) / max(1, self._reducible())
 
     def _reducible(self) -> int:
         """The activation peak less the largest kernel scratch: what plans act on."""
