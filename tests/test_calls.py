@@ -229,3 +229,19 @@ def test_a_recursive_library_is_refused_not_imported(depth):
         hybridplan.analyze(g.SerializeToString())
     g.library.function[-1].node_def[0].attr["f"].func.name = "missing"  # the cycle cut
     assert recursive_function(g.library) is None
+
+
+def test_a_graph_tensorflow_refuses_when_inferring_inlined_shapes_says_why():
+    """A reader of an output the call does not have (``call:5`` of a one-output call):
+    the inlined nodes' shapes cannot be inferred, and the error is TensorFlow's reason,
+    not the first tensor left without a shape."""
+    g = _recursive_call_graph(1)
+    body = g.library.function[0]
+    del body.node_def[:]
+    n = body.node_def.add(name="id", op="Identity", input=["a"])
+    n.attr["T"].type = 1
+    body.ret["o"] = "id:output:0"
+    assert hybridplan.analyze(g.SerializeToString()).peak_bytes > 0
+    g.node[2].input[0] = "call:5"
+    with pytest.raises(hybridplan.InvalidGraphError, match="invalid output 5"):
+        hybridplan.analyze(g.SerializeToString())

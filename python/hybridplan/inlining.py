@@ -374,7 +374,8 @@ def _fill_missing_shapes(gd: Any) -> None:
 
     Raises:
         UnsupportedGraphError: some lack them and the library is recursive (TensorFlow's
-            importer does not return from one)."""
+            importer does not return from one).
+        InvalidGraphError: some lack them and TensorFlow refuses the graph."""
     lib = {f.signature.name for f in gd.library.function}
     missing = [
         n for n in gd.node if "_output_shapes" not in n.attr and (n.op in lib or _has_outputs(n.op))
@@ -399,8 +400,15 @@ def _fill_missing_shapes(gd: Any) -> None:
     try:
         with g.as_default():
             tf.graph_util.import_graph_def(copy, name="")
-    except (ValueError, tf.errors.OpError):
-        return  # the planner names the tensors whose shapes it lacks (ShapeError)
+    except (ValueError, tf.errors.OpError) as e:
+        # The shapes cannot be inferred: TensorFlow's reason, which names the node it
+        # refuses, says more than the first tensor without a shape would.
+        message = getattr(e, "message", None) or str(e)
+        raise InvalidGraphError(
+            f"TensorFlow does not accept this graph with its calls inlined, so the shapes "
+            f"{len(missing)} nodes lack (the first {missing[0].name!r}) cannot be inferred: "
+            f"{message.strip().splitlines()[0][:500]}"
+        ) from None
     for n in missing:
         op = g.get_operation_by_name(n.name)
         if op.outputs:
