@@ -178,9 +178,14 @@ BAD = [
         "must be a list",
     ),
     (
-        "rewrite(str, ...)",
-        lambda p: hybridplan.rewrite("step.pb", {}),
-        "graph_def must be a tf GraphDef or its serialized bytes",
+        "rewrite(missing path, ...)",
+        lambda p: hybridplan.rewrite("no/such/step.pb", {}),
+        "no such file",
+    ),
+    (
+        "rewrite(int, ...)",
+        lambda p: hybridplan.rewrite(5, {}),
+        "graph_def must be a tf GraphDef, its serialized bytes, a path",
     ),
     (
         "rewrite target 3",

@@ -516,3 +516,21 @@ def test_python_cost_follows_the_plan_not_the_graph():
         "keepers": 0,
     }
     assert rewrite_s < 10 * copy_s + 0.05, (rewrite_s, copy_s)
+
+
+def test_rewrite_reads_a_path_as_plan_reads_it(tmp_path):
+    """``rewrite("step.pb", plan)``, as ``analyze``, ``plan`` and ``apply`` take a path:
+    the same graph as from the parsed GraphDef."""
+    import hybridplan
+    import hybridplan.testing
+
+    data = hybridplan.testing.synthetic_graphdef(400, "mixed", batch=2, size=8, channels=8)
+    path = tmp_path / "step.pb"
+    path.write_bytes(data)
+    p = hybridplan.plan(path, hybridplan.analyze(path).budget_for(0.8), min_bytes=1024)
+    assert p.swaps or p.recomputes
+    by_path = rewrite(str(path), p, target="cpu-emulation")
+    by_graph = rewrite(graph_pb2.GraphDef.FromString(data), p, target="cpu-emulation")
+    assert by_path.SerializeToString(deterministic=True) == by_graph.SerializeToString(
+        deterministic=True
+    )

@@ -93,6 +93,7 @@ from __future__ import annotations
 
 import functools
 import itertools
+import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -224,9 +225,10 @@ def rewrite_with_summary(
     """Writes a swap / recompute plan into a copy of ``graph_def``.
 
     Args:
-        graph_def: the training step's ``GraphDef``, or its serialized bytes (then the
-            result is the only parsed copy: what :func:`hybridplan.apply` passes); never
-            modified. Its function calls are inlined first, as the planner inlined them
+        graph_def: the training step's ``GraphDef``, its serialized bytes (then the
+            result is the only parsed copy: what :func:`hybridplan.apply` passes), a path
+            to a ``.pb`` / ``.pbtxt`` file or a traced step; never modified. Its
+            function calls are inlined first, as the planner inlined them
             (:mod:`hybridplan.inlining`): the result is the inlined graph, rewritten.
             (``apply`` passes the bytes as ``_graphio.Inlined``: inlined already.)
         plan: a :class:`~hybridplan.planning.Plan` or its ``report`` (the plan
@@ -270,13 +272,18 @@ def rewrite_with_summary(
     """
     if not isinstance(target, str) or target not in TARGETS:
         raise InvalidArgumentError(f"unknown target {target!r}; use one of {sorted(TARGETS)}")
+    if isinstance(graph_def, (str, os.PathLike)) or hasattr(graph_def, "graph_def"):
+        # A .pb/.pbtxt path or a traced step, read as analyze, plan and apply read them.
+        from ._graphio import graph_source
+
+        graph_def = graph_source(graph_def)
     is_bytes = isinstance(graph_def, (bytes, bytearray, memoryview, Inlined))
     if not is_bytes and not (
         hasattr(graph_def, "node") and hasattr(graph_def, "SerializeToString")
     ):
         raise InvalidArgumentError(
-            f"graph_def must be a tf GraphDef or its serialized bytes, got "
-            f"{type(graph_def).__name__}"
+            f"graph_def must be a tf GraphDef, its serialized bytes, a path to a .pb or "
+            f".pbtxt file or a traced step, got {type(graph_def).__name__}"
         )
     planned = plan._planned() if hasattr(plan, "_planned") else None
     with gc_paused():
