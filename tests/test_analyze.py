@@ -289,3 +289,27 @@ def test_synthetic_steps_are_graphs_tensorflow_accepts(kind):
     a = hybridplan.analyze(data)
     assert a.loss is not None and a.peak_bytes > a.persistent_bytes > 0
     assert all(a.phases[p] > 0 for p in ("forward", "backward", "update"))
+
+
+@pytest.mark.parametrize("how", ["absent", "empty list"])
+def test_an_unread_matmul_without_shapes_is_a_shape_error(how):
+    """An op that computes an output (MatMul) whose node lists no output shape and that
+    nothing reads: its output's bytes are unknown, not 0 (the peak would miss them)."""
+    g = graph_pb2.GraphDef()
+    for name, op, inputs, dims in (
+        ("x", "Placeholder", [], (1024,)),
+        ("r", "Relu", ["x"], (1024,)),
+        ("m", "MatMul", ["r", "r"], (1024, 1024)),
+    ):
+        n = g.node.add(name=name, op=op, input=inputs)
+        n.attr["dtype" if op == "Placeholder" else "T"].type = 1
+        shape = n.attr["_output_shapes"].list.shape.add()
+        for d in dims:
+            shape.dim.add(size=d)
+    assert hybridplan.analyze(g.SerializeToString()).peak_bytes >= 4 << 20
+    if how == "absent":
+        del g.node[2].attr["_output_shapes"]
+    else:
+        g.node[2].attr["_output_shapes"].list.ClearField("shape")
+    with pytest.raises(hybridplan.ShapeError, match="'m:0' has no shape"):
+        hybridplan.analyze(g.SerializeToString())

@@ -434,4 +434,21 @@ mod tests {
         assert_eq!(parse_input("^a").unwrap(), InputRef::Control("a"));
         assert!(parse_input("a:x").is_err());
     }
+
+    /// An unread node that lists no output: refused when its op computes one
+    /// (its bytes would be missed), built when it computes none.
+    #[test]
+    fn an_unread_compute_node_without_outputs_is_refused() {
+        let specs = |op: &'static str| {
+            let mut m = NodeSpec::test("m", op, &["x", "x"], &[1024, 1024]);
+            m.outputs.clear();
+            vec![NodeSpec::test("x", "Placeholder", &[], &[1024, 1024]), m]
+        };
+        let e = build(&specs("MatMul"), &BuildOptions::default()).unwrap_err();
+        assert!(
+            matches!(&e, PlanError::UnknownShape { tensor, .. } if tensor == "m:0"),
+            "{e}"
+        );
+        assert!(build(&specs("NoOp"), &BuildOptions::default()).is_ok());
+    }
 }

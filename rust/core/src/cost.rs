@@ -82,6 +82,35 @@ enum Kind {
     Unknown,
 }
 
+/// Whether op type `op` computes at least one output whatever its attributes
+/// (a kernel this table costs by its outputs, inputs, FLOPs or bytes moved):
+/// a node of such an op that lists no output shape and that nothing reads
+/// still allocates its outputs, which no count may miss.
+pub(crate) fn makes_an_output(op: &str) -> bool {
+    match kind_of(op) {
+        Kind::Conv
+        | Kind::Depthwise
+        | Kind::ConvBackInput { .. }
+        | Kind::ConvBackFilter { .. }
+        | Kind::MatMul
+        | Kind::Einsum
+        | Kind::PerOutput(_)
+        | Kind::PerInput(_)
+        | Kind::Pool => true,
+        // The moves but the variable writes and a function's return value (no
+        // output) and `Unpack` (as many outputs as its `num`, which may be 0).
+        Kind::Move => !matches!(
+            op,
+            "AssignVariableOp"
+                | "AssignAddVariableOp"
+                | "AssignSubVariableOp"
+                | "_Retval"
+                | "Unpack"
+        ),
+        _ => false,
+    }
+}
+
 fn kind_of(op: &str) -> Kind {
     match op {
         "Conv2D" | "Conv3D" | "_FusedConv2D" | "Conv" => Kind::Conv,
@@ -460,7 +489,7 @@ pub(crate) fn with_profile(costs: &OpCosts, times: &[(u32, f64)]) -> Result<OpCo
         *slot = t;
     }
     let total: f64 = c.time_s.iter().sum();
-    if !(total <= MAX_STEP_S) {
+    if total > MAX_STEP_S {
         return Err(PlanError::InvalidArgument(format!(
             "the op times of the profile sum to {total:e} s, above {MAX_STEP_S:e} s: give each node's time in seconds"
         )));

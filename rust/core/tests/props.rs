@@ -143,6 +143,11 @@ impl Dag {
             if opkind::takes_handle(dag.ops[i]) && first_dtype != Some(DType::RESOURCE) {
                 dag.ops[i] = "Identity";
             }
+            // A node drawn without outputs is a NoOp: the builder refuses an op
+            // that computes an output but lists none (`finish::check_outputs_listed`).
+            if dag.outs[i].is_empty() {
+                dag.ops[i] = "NoOp";
+            }
             dag.inputs.push(inputs);
         }
         dag.order.sort_by_key(|&i| (drawn[i].key, i));

@@ -28,6 +28,7 @@ pub(crate) fn finish(
     opts: &BuildOptions,
     lookup: impl Fn(&Graph, &str) -> Option<u32>,
 ) -> Result<()> {
+    check_outputs_listed(g)?;
     add_consumers(g);
     let variables = set_flags_and_aliases(g)?;
     crate::phase::classify(g, opts.loss.as_deref(), &lookup)?;
@@ -50,6 +51,29 @@ pub(crate) fn finish(
     g.workspace = crate::workspace::table(g, opts.workspace, &overrides);
     g.hostable = crate::hosting::resolve(g, &opts.hosting, &lookup)?;
     check_total_bytes(g)?;
+    Ok(())
+}
+
+/// Refuses a node without outputs whose op computes one
+/// ([`crate::cost::makes_an_output`]): a node's outputs are those its
+/// `_output_shapes` lists, or those its readers read where it lists none,
+/// so an unread node whose shapes were left out (or an empty list) would
+/// count no bytes for what its kernel allocates.
+///
+/// # Complexity
+/// O(N).
+fn check_outputs_listed(g: &Graph) -> Result<()> {
+    for (v, n) in g.nodes.iter().enumerate() {
+        if g.out_off[v] == g.out_off[v + 1] && crate::cost::makes_an_output(&g.ops[n.op as usize]) {
+            return Err(PlanError::UnknownShape {
+                tensor: format!("{}:0", &*n.name),
+                what: format!(
+                    "no shape: op {} computes an output, but the node's _output_shapes lists none and nothing reads it",
+                    g.ops[n.op as usize]
+                ),
+            });
+        }
+    }
     Ok(())
 }
 
