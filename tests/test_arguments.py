@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import pathlib
+import re
 import subprocess
 import sys
 
@@ -161,6 +162,13 @@ BAD = [
     ("budget 2**70", lambda p: hybridplan.plan(FIXTURE, 2**70), "2\\^64"),
     ("budget '1e30'", lambda p: hybridplan.plan(FIXTURE, "1e30"), "2\\^64"),
     ("budget []", lambda p: hybridplan.plan(FIXTURE, []), "number of bytes"),
+    ("budget '-1'", lambda p: hybridplan.plan(FIXTURE, "-1"), "must be positive"),
+    ("budget '-2GiB'", lambda p: hybridplan.plan(FIXTURE, "-2GiB"), "must be positive"),
+    (
+        "a directory as the graph",
+        lambda p: hybridplan.analyze(pathlib.Path(__file__).parent),
+        "a directory",
+    ),
     ("budget np.bool_", lambda p: hybridplan.plan(FIXTURE, np.bool_(True)), "bool"),
     (
         "rewrite(gd, None)",
@@ -269,7 +277,7 @@ def test_plan_prints_in_words(peak):
     p = hybridplan.plan(gd, a.persistent_bytes + (a.peak_bytes - a.persistent_bytes) * 3 // 4)
     text = repr(p)
     assert text.startswith("Plan('hybrid'") and "within the budget" in text
-    assert "tensors swapped" in text and "ops recomputed" in text and "ms" in text
+    assert re.search(r"\b\d+ tensors? swapped, \d+ ops? recomputed", text) and "ms" in text
     assert len(text) < 400
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import pathlib
+import re
 import subprocess
 import sys
 
@@ -372,7 +373,7 @@ def test_plan_without_output_says_so(synth, capsys):
     assert main(["plan", str(path), "--budget", str(half)]) == 0
     out = capsys.readouterr().out
     assert "no rewritten graph written: pass -o" in out
-    assert "tensors swapped" in out and "ops recomputed" in out
+    assert re.search(r"\b\d+ tensors? swapped, \d+ ops? recomputed", out), out
 
 
 def test_help_is_a_summary_with_every_default():

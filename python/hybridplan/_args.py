@@ -167,6 +167,8 @@ def parse_bytes(value: Any, what: str = "budget") -> int:
     if isinstance(value, str):
         m = _SIZE.fullmatch(value)
         unit = m.group(2).lower() if m else None
+        if m is None and _SIZE.fullmatch(value.strip().removeprefix("-")):
+            raise InvalidArgumentError(f"{what} must be positive, got {value!r}")
         if m is None or unit not in _UNITS:
             raise InvalidArgumentError(
                 f"{what} {value!r} is not a size: write e.g. 16GiB, 32GB, 500MiB or 123456789"

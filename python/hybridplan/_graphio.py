@@ -108,6 +108,14 @@ MAX_GRAPH_BYTES = 2**31
 
 
 def _read_file(path: Path) -> bytes:
+    if path.is_dir():
+        if (path / "saved_model.pb").exists() or (path / "saved_model.pbtxt").exists():
+            raise InvalidArgumentError(
+                f"{path} is a SavedModel, whose graphs serve inference, not a training "
+                "step: trace the step (hybridplan.trace_keras or hybridplan.trace, or "
+                "`hybridplan trace` for a reference model) and pass its .pb"
+            )
+        raise InvalidArgumentError(f"{path} is a directory: pass a .pb or .pbtxt file")
     try:
         with open(path, "rb") as f:
             size = os.fstat(f.fileno()).st_size  # 0 for a device or a pipe: read to the limit

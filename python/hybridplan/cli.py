@@ -221,7 +221,13 @@ def _parser() -> argparse.ArgumentParser:
         "or the smallest fraction any plan reaches when 0.7 is out of reach)",
     )
     _add_strategy(p)
-    p.add_argument("--steps", type=int, default=3, help="steps measured")
+    p.add_argument(
+        "--steps",
+        type=int,
+        default=3,
+        help="steps traced for memory, and as many timed, after one warm-up step: the "
+        "losses and weights of all of them are compared",
+    )
     p.add_argument("--report", metavar="DIR", help="write report.html with the measured curve")
     _add_options(p)
     p.set_defaults(min_bytes="4KiB")
@@ -440,7 +446,7 @@ def _cmd_plan(args: argparse.Namespace) -> int:
 
 def _plan_words(p: Any) -> str:
     """One sentence on what the plan does."""
-    from .report import fmt_bytes
+    from .report import fmt_bytes, fmt_count
 
     o, n = p.original, p.planned
     if p.is_empty:
@@ -450,8 +456,8 @@ def _plan_words(p: Any) -> str:
         )
     return (
         f"{p.strategy} plan: peak {fmt_bytes(o['peak_bytes'])} -> {fmt_bytes(n['peak_bytes'])} "
-        f"(budget {fmt_bytes(p.budget)}), {n['swaps']} tensors swapped, "
-        f"{n['clones']} ops recomputed"
+        f"(budget {fmt_bytes(p.budget)}), {fmt_count(n['swaps'], 'tensor')} swapped, "
+        f"{fmt_count(n['clones'], 'op')} recomputed"
     )
 
 

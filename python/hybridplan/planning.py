@@ -439,12 +439,15 @@ class Plan:
             )
         by = f" (by {self.strategy!r})" if self.strategy != asked else ""
         lists = len(self.hosted_accumulators)
-        hosted = f", {lists} loop accumulators kept on the host" if lists else ""
+        from .report import fmt_count
+
+        hosted = f", {fmt_count(lists, 'loop accumulator')} kept on the host" if lists else ""
         return (
             f"Plan({asked!r}{by}: peak {_size(o['peak_bytes'])} -> {_size(p['peak_bytes'])} within "
             f"the budget {_size(self.budget)}; predicted step {o['step_time_s'] * 1e3:.4g} -> "
-            f"{p['step_time_s'] * 1e3:.4g} ms; {p['swaps']} tensors swapped, {p['clones']} ops "
-            f"recomputed{hosted}; host peak {_size(p['host_peak_bytes'])})"
+            f"{p['step_time_s'] * 1e3:.4g} ms; {fmt_count(p['swaps'], 'tensor')} swapped, "
+            f"{fmt_count(p['clones'], 'op')} recomputed{hosted}; host peak "
+            f"{_size(p['host_peak_bytes'])})"
         )
 
 

@@ -15,6 +15,7 @@ from .planning import Plan
 
 __all__ = [
     "fmt_bytes",
+    "fmt_count",
     "html_report",
     "memory_figure",
     "report_files",
@@ -22,6 +23,11 @@ __all__ = [
     "summary_table",
     "write_report",
 ]
+
+
+def fmt_count(n: int, noun: str) -> str:
+    """``n`` and ``noun``, plural unless ``n`` is 1: ``1 tensor``, ``3 tensors``."""
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
 
 
 def fmt_bytes(n: float) -> str:

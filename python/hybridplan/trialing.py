@@ -70,7 +70,7 @@ class Trial:
             f"peak {fmt_bytes(self.planned.device_peak)} "
             f"{'within' if self.within_budget else 'OVER'} the activation budget "
             f"{fmt_bytes(self.activation_budget)}; tensors {self.peak_ratio:.0%} of the original's "
-            f"{fmt_bytes(self.original.device_tensor_peak)}); step {o * 1e3:.1f} -> "
+            f"{fmt_bytes(self.original.device_tensor_peak)}; step {o * 1e3:.1f} -> "
             f"{n * 1e3:.1f} ms)"
         )
 
