@@ -181,6 +181,8 @@ def test_console_script_help_and_exit_codes():
         assert r.returncode == 0 and "usage" in r.stdout
     r = subprocess.run([*exe, "frobnicate"], capture_output=True, text=True, timeout=60)
     assert r.returncode == 2
+    r = subprocess.run([*exe, "--version"], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0 and r.stdout.strip() == f"hybridplan {hybridplan.__version__}"
 
 
 def test_model_list_matches_the_registry():

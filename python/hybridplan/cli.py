@@ -150,6 +150,9 @@ def _parser() -> argparse.ArgumentParser:
         epilog=doc[2],
         formatter_class=_Help,
     )
+    from . import __version__
+
+    ap.add_argument("--version", action="version", version=f"hybridplan {__version__}")
     sub = ap.add_subparsers(dest="command", required=True, metavar="COMMAND")
     add = _subparser_adder(sub)
 
