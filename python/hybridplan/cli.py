@@ -589,7 +589,9 @@ def _cmd_fit(args: argparse.Namespace) -> int:
     )
     print(f"{args.model} on {f.device}, budget {f.budget} bytes, over {f.over}:")
     print(f.table())
-    print(f"{len(f.probes)} sizes traced, {f.seconds:.0f} s")
+    cached = sum(1 for _, t_trace, _ in f.probes if not t_trace)
+    fresh = len(f.probes) - cached
+    print(f"{fresh} sizes traced, {cached} read from the cache, {f.seconds:.0f} s")
     return 0
 
 

@@ -509,5 +509,9 @@ def fit(
             )
         )
     seconds = time.perf_counter() - t_start
-    say(f"done in {seconds:.0f} s, {len(pr.probes)} sizes traced")
+    cached = sum(1 for _, t_trace, _ in pr.probes if not t_trace)
+    say(
+        f"done in {seconds:.0f} s, {len(pr.probes) - cached} sizes traced, "
+        f"{cached} read from the cache"
+    )
     return Fit(over, str(dev.get("name", "custom")), nbytes, rows, pr.probes, seconds)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import threading
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -160,7 +161,13 @@ def _device_args(device: str | dict | os.PathLike) -> tuple[str, str | None, dic
     ):
         text, fields = _device_file(Path(device))
         _check_device_fields(fields, f" in {device}")
-        _core.checked_device(text)
+        try:
+            _core.checked_device(text)
+        except InvalidArgumentError as e:
+            message = str(e)
+            if Path(device).suffix.lower() == ".toml":  # a position in the JSON made of it
+                message = re.sub(r" at line \d+ column \d+", "", message)
+            raise InvalidArgumentError(f"{message} (the device file {device})") from None
         return "custom", text, fields
     if not isinstance(device, str):
         raise InvalidArgumentError(
