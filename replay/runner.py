@@ -606,6 +606,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("-o", "--output", help="write the results JSON here")
     args = ap.parse_args(argv)
+    if torch is None:
+        print(
+            "runner.py: PyTorch is not installed: it runs the replay on a GPU (or --device "
+            "cpu); pip install torch",
+            file=sys.stderr,
+        )
+        return 2
     res = play(args.replay, args.device, args.repeats)
     text = json.dumps(res, indent=1)
     if args.output:
