@@ -76,7 +76,8 @@ def number(value: Any, what: str, *, low: float = 0.0) -> float:
             f"{what} must be a number, got {type(value).__name__} {value!r}"
         ) from None
     if not math.isfinite(x) or x < low:
-        raise InvalidArgumentError(f"{what} must be a finite number >= {low:g}, got {value!r}")
+        bound = f" >= {low:g}" if math.isfinite(low) else ""
+        raise InvalidArgumentError(f"{what} must be a finite number{bound}, got {value!r}")
     return x
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -97,7 +98,7 @@ class Analysis:
         Raises:
             InvalidArgumentError: ``fraction`` is not a number in [0, 1].
         """
-        f = _args.number(fraction, "fraction")
+        f = _args.number(fraction, "fraction", low=-math.inf)
         if not 0 <= f <= 1:
             raise InvalidArgumentError(f"fraction must be in [0, 1], got {f}")
         scratch = self.workspace_peak_bytes
