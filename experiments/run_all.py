@@ -720,7 +720,8 @@ def section_memory(results: dict) -> str:
         "Each row a fresh Python process (`import hybridplan`, no TensorFlow): generate the "
         "synthetic `mixed` step (`hybridplan.testing.synthetic_graphdef`), then "
         '`hybridplan.analyze` or `hybridplan.plan(..., strategy="hybrid")`; peak RSS from '
-        "`getrusage` (a high-water mark: the plan row includes its own analysis).\n\n"
+        "`getrusage` (a high-water mark: the plan row includes its own analysis); "
+        '"TensorFlow loaded" is read after the call.\n\n"
         + _table(head, rows)
     )
 
