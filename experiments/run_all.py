@@ -721,8 +721,7 @@ def section_memory(results: dict) -> str:
         "synthetic `mixed` step (`hybridplan.testing.synthetic_graphdef`), then "
         '`hybridplan.analyze` or `hybridplan.plan(..., strategy="hybrid")`; peak RSS from '
         "`getrusage` (a high-water mark: the plan row includes its own analysis); "
-        '"TensorFlow loaded" is read after the call.\n\n'
-        + _table(head, rows)
+        '"TensorFlow loaded" is read after the call.\n\n' + _table(head, rows)
     )
 
 
