@@ -259,6 +259,7 @@ def _cli(*args, **kw):
         lambda t: ["--json", str(t / "out.pb")],  # the same file as -o
         lambda t: ["-o", str(t / "file.txt" / "out.pb")],  # a file as the folder
         lambda t: ["-o", "INPUT"],  # the input graph itself
+        lambda t: ["--report", str(t / "rep"), "-o", str(t / "rep" / "report.html")],
     ],
     ids=[
         "dir as -o",
@@ -268,6 +269,7 @@ def _cli(*args, **kw):
         "json is -o",
         "file as dir",
         "-o is the input",
+        "-o is a report file",
     ],
 )
 def test_bad_output_paths_exit_3_before_any_work_and_write_nothing(synth, tmp_path, bad, capsys):

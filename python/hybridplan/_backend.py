@@ -54,7 +54,10 @@ def onednn_rule(env: str | None = None, flags: set[str] | None = None) -> bool:
     ``TF_ENABLE_ONEDNN_OPTS`` (``env``; default: this process's) when it is ``0``,
     ``false``, ``1`` or ``true`` in any case; else on for Linux on x86-64 CPUs with one
     of :data:`ONEDNN_DEFAULT_FLAGS` (``flags``; default: this CPU's) and on an Arm
-    Neoverse V1; off elsewhere."""
+    Neoverse V1; off elsewhere. The rule of TensorFlow's PyPI wheels (built with
+    oneDNN, ``INTEL_MKL``); a build without oneDNN, or Intel's with ``ENABLE_MKL``,
+    decides otherwise, and its own answer is taken once it is imported
+    (:func:`onednn_enabled`)."""
     import platform
     import sys
 
@@ -67,18 +70,19 @@ def onednn_rule(env: str | None = None, flags: set[str] | None = None) -> bool:
             return True
     if not sys.platform.startswith("linux"):
         return False
-    if platform.machine() in ("aarch64", "arm64"):
-        return _cpu_part() == "0xd40"  # Neoverse V1 (implementer 0x41, Arm)
+    if platform.machine() in ("aarch64", "arm64"):  # an Arm Neoverse V1: maker Arm, part 0xd40
+        return _cpu_id("CPU implementer") == "0x41" and _cpu_id("CPU part") == "0xd40"
     flags = cpu_flags() if flags is None else flags
     return bool(flags and ONEDNN_DEFAULT_FLAGS & flags)
 
 
-def _cpu_part() -> str | None:
-    """The ``CPU part`` of CPU 0 in ``/proc/cpuinfo`` (Arm), or None."""
+def _cpu_id(field: str) -> str | None:
+    """Field ``field`` (``CPU implementer``, ``CPU part``) of the first CPU in
+    ``/proc/cpuinfo`` (Arm: the fields of ``MIDR_EL1`` TensorFlow reads), or None."""
     try:
         with open("/proc/cpuinfo") as f:
             for line in f:
-                if line.startswith("CPU part"):
+                if line.startswith(field):
                     return line.split(":", 1)[1].strip().lower()
     except OSError:
         pass

@@ -46,27 +46,35 @@ def check_outputs(
     files: Iterable[str | os.PathLike] = (),
     dirs: Iterable[str | os.PathLike] = (),
     inputs: Iterable[str | os.PathLike] = (),
+    within: Iterable[str | os.PathLike] = (),
 ) -> None:
     """Raises :class:`InvalidArgumentError` unless every file in ``files`` and every
-    directory in ``dirs`` (created later if missing) can be written, no two files are one,
-    and none is one of the ``inputs`` (files read, which a write would replace)."""
-    seen: dict[str, Path] = {}
-    read = {os.path.realpath(i): Path(i) for i in inputs if i is not None}
+    directory in ``dirs`` (created later if missing) can be written, and no two files
+    written (``files`` and ``within``, the files to be written into ``dirs``) are one
+    file, or one of the ``inputs`` (files read, which a write would replace)."""
+    seen: dict[tuple[int, int] | str, Path] = {}
+    read = {_identity(i): Path(i) for i in inputs if i is not None}
+
+    def once(path: Path) -> None:
+        key = _identity(path)
+        if key in seen:
+            raise InvalidArgumentError(
+                f"the outputs {seen[key]} and {path} are one file: name a file for each"
+            )
+        if key in read:
+            raise InvalidArgumentError(
+                f"the output {path} is the input {read[key]}: name another file"
+            )
+        seen[key] = path
+
     for f in files:
         path = Path(f)
         if path.is_dir():
             raise InvalidArgumentError(f"the output {path} is a directory: name a file")
         _writable_dir(path.parent if str(path.parent) else Path("."), f"the output {path}")
-        real = os.path.realpath(path)
-        if real in seen:
-            raise InvalidArgumentError(
-                f"the outputs {seen[real]} and {path} are one file: name a file for each"
-            )
-        if real in read:
-            raise InvalidArgumentError(
-                f"the output {path} is the input {read[real]}: name another file"
-            )
-        seen[real] = path
+        once(path)
+    for f in within:
+        once(Path(f))
     for d in dirs:
         path = Path(d)
         if path.exists() and not path.is_dir():
@@ -75,6 +83,16 @@ def check_outputs(
         while not existing.exists():
             existing = existing.parent
         _writable_dir(existing, f"the report directory {path}")
+
+
+def _identity(path: str | os.PathLike) -> tuple[int, int] | str:
+    """What names one file: (device, inode) of an existing file (a hard link, or a name
+    the file system folds, is the same file), else the resolved path."""
+    try:
+        st = os.stat(path)
+    except (OSError, ValueError):
+        return os.path.realpath(path)
+    return (st.st_dev, st.st_ino)
 
 
 def _writable_dir(d: Path, what: str) -> None:

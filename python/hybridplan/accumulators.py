@@ -289,8 +289,9 @@ def statements(data: bytes, bodies: list[Any], workspace: str | None) -> list[St
     element dtype, element dims, count, output sharing its elements or None, forward
     scratch, gradient scratch)``. ``bodies`` is ``body_memory(data, workspace)``; the
     scratch is each loop's with every movable list hosted. A list whose elements another
-    list of the loop holds in the device statement (it saves no device bytes), or whose
-    element shape is not known, is left out. Empty (TensorFlow not imported) when no
+    list of the loop holds in the device statement (it saves no device bytes), whose
+    element shape is not known, or whose gradient loop's memory is not stated (the core
+    refuses that loop, with its own advice), is left out. Empty (TensorFlow not imported) when no
     stated body is a loop's."""
     from .controlflow import WHILE_OPS, body_memory
 

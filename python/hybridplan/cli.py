@@ -417,7 +417,11 @@ def _cmd_plan(args: argparse.Namespace) -> int:
     from .report import report_files, summary_table
 
     outputs = [f for f in (args.output, args.json) if f]
-    check_outputs(outputs, [args.report] if args.report else [], inputs=[args.graph])
+    from .report import REPORT_FILES
+
+    report = [args.report] if args.report else []
+    within = [Path(d) / f for d in report for f in REPORT_FILES]
+    check_outputs(outputs, report, inputs=[args.graph], within=within)
     files: dict[Path, bytes] = {}
     options = dict(strategy=args.strategy, device=args.device, loss=args.loss)
     with stages(2 if args.output else 1) as stage:

@@ -33,8 +33,9 @@ calls by function name.
 node left without them (a GraphDef written without shapes) gets the shapes TensorFlow's
 shape inference gives when the inlined graph is imported (its ``_output_shapes`` read as
 facts); with a recursive library (a function that runs itself, directly or through
-others: TensorFlow's importer does not return from one) a node without them is an
-:class:`~hybridplan.errors.UnsupportedGraphError`.
+others: TensorFlow's importer does not return from one) a node without them that is
+read is an :class:`~hybridplan.errors.UnsupportedGraphError`, and where TensorFlow
+refuses the graph, an :class:`~hybridplan.errors.InvalidGraphError` with its reason.
 
 **Complexity.** O(N + B) time and memory for N graph nodes and B inlined body nodes,
 times the nesting depth for the output-name maps; bounded by the library: a function is
@@ -371,23 +372,31 @@ def recursive_function(library: Any) -> list[str] | None:
 
 def _fill_missing_shapes(gd: Any) -> None:
     """Gives nodes without ``_output_shapes`` the shapes TensorFlow infers on import.
+    Where it cannot and no node without them is read, the planner decides (an unread
+    node's outputs are not needed, or it refuses the node).
 
     Raises:
-        UnsupportedGraphError: some lack them and the library is recursive (TensorFlow's
-            importer does not return from one).
-        InvalidGraphError: some lack them and TensorFlow refuses the graph."""
+        UnsupportedGraphError: a node without them is read and the library is recursive
+            (TensorFlow's importer does not return from one), or holds an op this
+            process has not registered.
+        InvalidGraphError: a node without them is read and TensorFlow refuses the graph.
+    """
     lib = {f.signature.name for f in gd.library.function}
     missing = [
         n for n in gd.node if "_output_shapes" not in n.attr and (n.op in lib or _has_outputs(n.op))
     ]
     if not missing:
         return
+    read = {i.split(":", 1)[0] for n in gd.node for i in n.input if not i.startswith("^")}
+    needed = [n for n in missing if n.name in read]
     cycle = recursive_function(gd.library)
     if cycle is not None:
+        if not needed:
+            return
         raise UnsupportedGraphError(
             f"the GraphDef's library is recursive ({' -> '.join(map(repr, cycle))}): "
-            f"TensorFlow cannot import it to infer the shapes {len(missing)} nodes lack "
-            f"(the first {missing[0].name!r}), and no recursive call can be planned; "
+            f"TensorFlow cannot import it to infer the shapes {len(needed)} nodes read lack "
+            f"(the first {needed[0].name!r}), and no recursive call can be planned; "
             "export a step without recursion, its shapes written "
             "(as_graph_def(add_shapes=True))"
         )
@@ -401,14 +410,21 @@ def _fill_missing_shapes(gd: Any) -> None:
         with g.as_default():
             tf.graph_util.import_graph_def(copy, name="")
     except (ValueError, tf.errors.OpError) as e:
-        # The shapes cannot be inferred: TensorFlow's reason, which names the node it
-        # refuses, says more than the first tensor without a shape would.
-        message = getattr(e, "message", None) or str(e)
-        raise InvalidGraphError(
-            f"TensorFlow does not accept this graph with its calls inlined, so the shapes "
-            f"{len(missing)} nodes lack (the first {missing[0].name!r}) cannot be inferred: "
-            f"{message.strip().splitlines()[0][:500]}"
-        ) from None
+        # TensorFlow's reason, which names the node it refuses, says more than the
+        # first tensor without a shape would.
+        if not needed:
+            return
+        reason = (getattr(e, "message", None) or str(e)).strip().splitlines()[0][:500]
+        what = (
+            f"the shapes {len(needed)} nodes read lack (the first {needed[0].name!r}) cannot "
+            f"be inferred, as TensorFlow does not accept this graph with its calls inlined: "
+            f"{reason}"
+        )
+        if "not registered" in reason:  # an op of a library this process has not loaded
+            raise UnsupportedGraphError(
+                f"{what}: load the op's library (tf.load_op_library) before planning"
+            ) from None
+        raise InvalidGraphError(what) from None
     for n in missing:
         op = g.get_operation_by_name(n.name)
         if op.outputs:

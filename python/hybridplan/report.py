@@ -251,6 +251,10 @@ def html_report(
     )
 
 
+#: The files a report directory holds (:func:`report_files`).
+REPORT_FILES = ("memory.png", "streams.png", "plan.json", "report.html")
+
+
 def report_files(
     plans: Mapping[str, Plan | None],
     main: str,

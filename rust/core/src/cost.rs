@@ -97,16 +97,12 @@ pub(crate) fn makes_an_output(op: &str) -> bool {
         | Kind::PerOutput(_)
         | Kind::PerInput(_)
         | Kind::Pool => true,
-        // The moves but the variable writes and a function's return value (no
-        // output) and `Unpack` (as many outputs as its `num`, which may be 0).
-        Kind::Move => !matches!(
-            op,
-            "AssignVariableOp"
-                | "AssignAddVariableOp"
-                | "AssignSubVariableOp"
-                | "_Retval"
-                | "Unpack"
-        ),
+        // The moves but the variable writes (ops on a handle) and the runtime's
+        // plumbing (a function's return value), which output nothing, and
+        // `Unpack` (as many outputs as its `num`, which may be 0).
+        Kind::Move => {
+            !(opkind::takes_handle(op) || opkind::RUNTIME_PLUMBING.contains(&op) || op == "Unpack")
+        }
         _ => false,
     }
 }
