@@ -419,7 +419,9 @@ def test_bytes_malformed_where_the_core_does_not_read_are_the_graphs_error(fract
 
     with pytest.raises(DecodeError):
         graph_pb2.GraphDef.FromString(data)
-    a = hybridplan.analyze(data)
+    a = hybridplan.analyze(data, device="v100-nvlink2")  # the device apply plans for
     budget = int(a.peak_bytes * fraction)
+    p = hybridplan.plan(data, budget, strategy="tflms", min_bytes=1024)
+    assert p.is_empty == (fraction > 1)
     with pytest.raises(hybridplan.InvalidGraphError, match="malformed where the planner"):
         hybridplan.apply(data, budget, strategy="tflms", min_bytes=1024)
