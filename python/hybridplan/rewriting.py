@@ -297,13 +297,17 @@ def rewrite_with_summary(
 
 def _listed(entry: Mapping[str, Any], key: str, where: str) -> Sequence[Any]:
     """``entry[key]``, a list (absent: empty)."""
-    value = entry.get(key, ())
+    return _as_list(entry.get(key, ()), f"{where}.{key}")
+
+
+def _as_list(value: Any, what: str) -> Sequence[Any]:
+    """``value``, which must be a list (a sequence, not a string or a mapping)."""
     if (
         isinstance(value, (str, bytes))
         or _args._is_mapping(value)
         or not isinstance(value, Sequence)
     ):
-        raise InvalidArgumentError(f"{where}.{key} must be a list, got {value!r}"[:300])
+        raise InvalidArgumentError(f"{what} must be a list, got {value!r}"[:300])
     return value
 
 
@@ -909,29 +913,31 @@ class _Writer:
             readers = self.checked_readers(readers, nodes, where)
         else:
             index = self.index_of()
-            inside = {self.name(v) for v in nodes}
             if self._counts is None:
                 self._counts = _readers(self.inputs(i) for i in range(self.n))
-            inputs, counts = [], self._counts
-            for v in nodes:
-                for text in self.inputs(v):
-                    name, k = _parse_input(text)
-                    if not text.startswith("^") and name not in inside:
-                        inputs.append((index[name], k))
+            inputs = [(index[name], k) for name, k in self.read_from_outside(nodes)]
             readers = [
-                (v, k, counts.get(_tensor(self.name(v), k), 0))
+                (v, k, self._counts.get(_tensor(self.name(v), k), 0))
                 for v in nodes
                 for k in range(len(self.dtypes(v)))
             ]
-            for p, k in inputs:
-                self.producer[_tensor(self.name(p), k)] = (p, k)
-            for v, k, n in readers:
-                self.reads_before.setdefault(_tensor(self.name(v), k), (v, k, n))
-            return
         for p, k in inputs:
             self.producer[_tensor(self.name(p), k)] = (p, k)
         for v, k, n in readers:
             self.reads_before.setdefault(_tensor(self.name(v), k), (v, k, n))
+
+    def read_from_outside(self, nodes: list[int]) -> list[tuple[str, int]]:
+        """``(producer name, output)`` of each data input of ``nodes`` produced outside
+        them, in order (a tensor read twice is listed twice). O(their inputs)."""
+        inside = {self.name(v) for v in nodes}
+        out = []
+        for v in nodes:
+            for text in self.inputs(v):
+                if not text.startswith("^"):
+                    name, k = _parse_input(text)
+                    if name not in inside:
+                        out.append((name, k))
+        return out
 
     def output_ref(self, entry: Any, what: str) -> tuple[int, int]:
         """``(node, output)`` of a plan's tensor entry, a dict with a node index and an
@@ -954,15 +960,9 @@ class _Writer:
         outside it. O(the clones' inputs)."""
         got = [
             self.output_ref(t, f"{where}.inputs[{j}]")
-            for j, t in enumerate(_listed({"inputs": given}, "inputs", where))
+            for j, t in enumerate(_as_list(given, f"{where}.inputs"))
         ]
-        inside = {self.name(v) for v in nodes}
-        want = {
-            _parse_input(text)
-            for v in nodes
-            for text in self.inputs(v)
-            if not text.startswith("^") and _parse_input(text)[0] not in inside
-        }
+        want = set(self.read_from_outside(nodes))
         if {(self.name(p), k) for p, k in got} != want or len(got) != len(want):
             raise InvalidArgumentError(
                 f"{where}.inputs does not list each tensor the clones read from outside "
@@ -977,7 +977,7 @@ class _Writer:
         """The plan's ``readers`` of a recompute: each output of its cloned nodes once,
         with a count of reads. O(their outputs)."""
         out = []
-        for j, r in enumerate(_listed({"readers": given}, "readers", where)):
+        for j, r in enumerate(_as_list(given, f"{where}.readers")):
             v, k = self.output_ref(r, f"{where}.readers[{j}]")
             n = r.get("reads")
             if type(n) is not int or n < 0:
