@@ -53,11 +53,13 @@ from . import _core
 from .errors import BudgetError, InvalidArgumentError, UnsupportedGraphError
 
 __all__ = [
+    "MEASURE_ORDERS",
     "DistributedResult",
     "DistributedStep",
     "DistributedTraced",
     "ReplicaPlan",
     "apply_distributed",
+    "in_schedule_order",
     "measure_distributed",
     "node_devices",
     "replica_subgraph",
@@ -823,6 +825,7 @@ def measure_distributed(
     *,
     num_cpus: int,
     warmup: int = 1,
+    order: str = "schedule",
 ) -> Any:
     """Runs the step in a Session on CPU emulation and measures every device's peak.
 
@@ -830,22 +833,44 @@ def measure_distributed(
     the variables, the caller's untouched), but each variable copy lives on its
     replica's device and each collective gets its call-time instance key.
 
+    **The executor's order.** A step on several devices cannot run inline (one
+    executor per device), and TensorFlow's CPU thread pool defers weight gradients to
+    the end of the backward pass, differently in each Session (docs/accuracy.md,
+    finding 11): the same unplanned step peaked at 366 kB or 490 kB per replica. By
+    default (``order="schedule"``) the step measured is :func:`in_schedule_order`'s
+    copy: each device's nodes run in the core's schedule, a GPU executor's order, as
+    ``measure``'s ``order="inline"`` runs one device; ``order="pool"`` runs
+    ``graph_def`` as given, in whatever order the pool takes.
+
     Args:
         dt: the traced step.
         graph_def: what to run; ``dt.traced.graph_def`` when None.
         batches: ``seed -> (x, y, ...)`` global batches (split as by :class:`DistributedStep`).
         steps: traced steps (after ``warmup`` untraced ones).
         num_cpus: logical CPUs of the Session (replicas + host).
+        order: ``"schedule"`` or ``"pool"`` (:data:`MEASURE_ORDERS`).
 
     Returns:
         A :class:`hybridplan.measuring.Measurement` (``peak_bytes`` per device, every
         step's replica losses in ``losses``, the variables in ``weights``).
+
+    Raises:
+        InvalidArgumentError: no ``batches``, or an unknown ``order``.
+        UnsupportedGraphError: ``order="schedule"`` on a step it cannot order (see
+            :func:`in_schedule_order`).
     """
     from . import measuring
 
     if batches is None:
         raise InvalidArgumentError("measure_distributed needs batches: seed -> (x, y, ...)")
-    sess, feeds, fetches, variables = _session(dt, graph_def, num_cpus)
+    if order not in MEASURE_ORDERS:
+        raise InvalidArgumentError(
+            f"measure_distributed: order must be one of {MEASURE_ORDERS}, not {order!r}"
+        )
+    source = dt.traced.graph_def if graph_def is None else graph_def
+    if order == "schedule":
+        source = in_schedule_order(dt, source)
+    sess, feeds, fetches, variables = _session(dt, source, num_cpus)
     losses: list[np.ndarray] = []
 
     def run(seed: int, options: Any) -> Any:
@@ -879,6 +904,74 @@ def measure_distributed(
         tensor_peak_bytes={k: max(v) for k, v in split["tensor"].items()},
         scratch_bytes={k: max(v) for k, v in split["scratch"].items()},
     )
+
+
+#: Values of ``measure_distributed(..., order=...)``.
+MEASURE_ORDERS = ("schedule", "pool")
+
+
+def in_schedule_order(dt: DistributedTraced, graph_def: Any) -> Any:
+    """A copy of ``graph_def`` whose nodes run, on each device, in the core's schedule.
+
+    The rule: the core's schedule of the whole step (``hybridplan.analyze(...).order``:
+    first in, first out, a GPU executor's order, rust/core/src/schedule.rs) restricted
+    to each device is a chain; each node on a device (but those without inputs, which
+    are ready at the start) gets a control input from the one before it in its chain.
+    Control inputs change no value. Every chain edge points forward in one topological
+    order, so no cycle of edges arises; what could still hang is a collective: its
+    launch must not wait, through a chain, for another member's result. Such a step is
+    refused.
+
+    Raises:
+        UnsupportedGraphError: a collective op would wait for another device's
+            collective (measure it with ``order="pool"``).
+
+    Complexity:
+        O(N + E) in Python plus one analysis, with the collectives' set of each node
+        kept as a bit mask of C bits (O(C) per union: C is a few per step).
+    """
+    from tensorflow.core.framework import graph_pb2
+
+    from .analysis import analyze
+
+    a = analyze(graph_def.SerializeToString())
+    order = [int(v) for v in a.order]
+    collective = a.node_facts()["collective"]
+    devices = node_devices(graph_def, dt.traced.captures)
+    out = graph_pb2.GraphDef()
+    out.CopyFrom(graph_def)
+    nodes = out.node
+    last: dict[str, str] = {}
+    for v in order:
+        node = nodes[v]
+        if not devices[v] or not node.input:
+            continue
+        key = _spec(devices[v]).to_string()
+        before = last.get(key)
+        if before is not None and f"^{before}" not in node.input:
+            node.input.append(f"^{before}")
+        last[key] = node.name
+    # Which collectives each node waits for (bit k: the k-th collective), edges and
+    # chains alike; a collective after another device's would hang its group.
+    index = {n.name: i for i, n in enumerate(nodes)}
+    members = [v for v in order if collective[v]]
+    bit = {v: 1 << k for k, v in enumerate(members)}
+    after = [0] * len(nodes)
+    for v in order:
+        mask = 0
+        for text in nodes[v].input:
+            mask |= after[index[text.lstrip("^").split(":")[0]]]
+        if v in bit:
+            for u in members:
+                if mask & bit[u] and not _same_device(devices[u], devices[v]):
+                    raise UnsupportedGraphError(
+                        f"measure_distributed: in the core's order, collective "
+                        f"{nodes[v].name!r} would wait for {nodes[u].name!r} on another "
+                        f"device, and neither could finish; measure with order='pool'"
+                    )
+            mask |= bit[v]
+        after[v] = mask
+    return out
 
 
 def _session(dt: DistributedTraced, graph_def: Any, num_cpus: int) -> tuple:
