@@ -131,8 +131,8 @@ def mirrored() -> dict:
     def batches(seed):
         return _batch(seed, rows)
 
-    # Measured in the core's order on each device (measure_distributed's default, a GPU
-    # executor's order): the CPU thread pool's own order varies from Session to Session.
+    # Measured on one executor, inline (measure_distributed's default, a GPU executor's
+    # order): the CPU thread pool's own order varies from Session to Session.
     m_base = distributed.measure_distributed(dt, None, batches, STEPS, num_cpus=3)
     m_new = distributed.measure_distributed(dt, result.graph_def, batches, STEPS, num_cpus=3)
     repeats = {
@@ -177,6 +177,8 @@ def mirrored() -> dict:
         "measured_base_tensors": m_base.tensor_peak_bytes,
         "measured_planned_tensors": m_new.tensor_peak_bytes,
         **repeats,
+        "inline": [m_base.inline, m_new.inline],
+        "host_nodes": len(m_new.host_nodes),
         "session_same": _same(m_base.losses, m_new.losses) and _same(m_base.weights, m_new.weights),
     }
 

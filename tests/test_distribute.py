@@ -96,12 +96,14 @@ def test_mirrored_collectives_untouched(mirrored):
 
 @pytest.mark.slow
 def test_mirrored_measured_peaks_within_each_budget(mirrored):
-    """Measured per device (allocation records replayed per device, each device's nodes
-    in the core's order: measure_distributed's default): each replica's peak within its
-    own budget, which is below its own predicted peak without a plan, and within 10% of
-    the plan's prediction. The unplanned step measures the same on both replicas
-    (identical sub-graphs) and, on replica 0 (fast link, swaps), the planned tensors
-    well below it."""
+    """Measured per device (measure_distributed's default: one executor, inline, in a
+    GPU executor's order, each allocation charged to the device its node is placed on):
+    each replica's peak within its own budget, which is below its own predicted peak
+    without a plan, and within 10% of the plan's prediction. The unplanned step measures
+    the same on both replicas (identical sub-graphs) and, on replica 0 (fast link,
+    swaps), the planned tensors well below it."""
+    assert mirrored["inline"] == [True, True]
+    assert mirrored["host_nodes"] > 0  # replica 1's and the host's nodes were moved
     for rep in mirrored["replicas"]:
         key = rep["device"][rep["device"].rfind("/device:") :]
         assert rep["activation_budget"] < rep["activation_peak"], rep
@@ -120,14 +122,72 @@ def test_mirrored_measured_peaks_within_each_budget(mirrored):
 
 
 @pytest.mark.slow
-def test_measuring_in_the_schedule_order_is_the_same_in_every_session(mirrored):
-    """Three Sessions of the planned step and three of the unplanned one, each device's
-    nodes chained in the core's order: every device peaks at the same bytes in each (on
-    the thread pool's own order the unplanned replicas peaked at 366 kB or 490 kB from
-    Session to Session)."""
+def test_measuring_on_one_executor_is_the_same_in_every_session(mirrored):
+    """Three Sessions of the planned step and three of the unplanned one, measured on one
+    executor: every device peaks at the same bytes in each (on the thread pool's own
+    order the unplanned replicas peaked at 366 kB or 490 kB from Session to Session)."""
     for which in ("repeat_base", "repeat_planned"):
         runs = mirrored[which]
         assert len(runs) == 3 and all(r == runs[0] for r in runs), (which, runs)
+
+
+def _collective_step(op: str, in_function: bool = False):
+    """A GraphDef with one collective of type ``op`` on /device:CPU:1 reading a
+    placeholder (and a control input from a NoOp), in the graph or in a called function."""
+    import tensorflow as tf
+
+    def collective(x):
+        extra = {"merge_op": "Add", "final_op": "Id"} if op == "CollectiveReduceV2" else {}
+        return getattr(tf.raw_ops, op)(
+            input=x,
+            group_size=2,
+            group_key=1,
+            instance_key=1,
+            ordering_token=[],
+            name="collective",
+            **extra,
+        )
+
+    g = tf.Graph()
+    with g.as_default(), tf.device("/device:CPU:1"):
+        x = tf.compat.v1.placeholder(tf.float32, [4], name="x")
+        if in_function:
+            y = tf.function(collective)(x)
+        else:
+            y = collective(x)
+        tf.identity(y, name="out")
+        tf.no_op(name="ready")
+    gd = g.as_graph_def(add_shapes=True)
+    for node in gd.node:
+        if node.name == "collective":
+            node.input.append("^ready")  # TensorFlow moves a control_dependencies to its consts
+    return gd
+
+
+def test_one_executor_writes_an_all_reduce_as_a_neg_of_its_input():
+    """The all-reduce becomes a Neg of its input, moved to the one device (and listed
+    as placed on its own), with its control inputs and only its dtype and shapes."""
+    from hybridplan import distributed
+
+    out, moved = distributed.one_executor(_collective_step("CollectiveReduceV2"), "/device:CPU:0")
+    node = {n.name: n for n in out.node}["collective"]
+    assert node.op == "Neg" and list(node.input) == ["x", "^ready"], node
+    assert sorted(node.attr) == ["T", "_output_shapes"], node
+    assert node.device == "/device:CPU:0" and moved["collective"].endswith("CPU:1"), moved
+
+
+@pytest.mark.parametrize(
+    "op, in_function", [("CollectiveGatherV2", False), ("CollectiveReduceV2", True)]
+)
+def test_one_executor_refuses_what_it_cannot_emulate(op, in_function):
+    """A collective that does not give its input's shape (an all-gather), or one inside
+    a function body, cannot be emulated on one device: a typed error saying what to do,
+    before any Session runs."""
+    from hybridplan import distributed
+    from hybridplan.errors import UnsupportedGraphError
+
+    with pytest.raises(UnsupportedGraphError, match="order='pool'"):
+        distributed.one_executor(_collective_step(op, in_function), "/device:CPU:0")
 
 
 def _free_ports(n: int) -> list[int]:
@@ -177,66 +237,3 @@ def test_multi_worker_two_local_workers():
         assert all(task in d for d in f["swap_devices"]), f["swap_devices"]
         assert any(d.endswith("CPU:1") for d in f["swap_devices"])
     assert facts[0]["planned"][1] == facts[1]["planned"][1]  # same weights on both workers
-
-
-def test_schedule_order_refuses_a_collective_waiting_for_another_devices():
-    """Chained in the core's order, replica 1's collective would come after a node of
-    its device that reads replica 0's collective (the graph itself has no such path):
-    neither could finish, so the step is refused with a typed error before any Session
-    runs; without that read the chains are written (each device's nodes after the one
-    before them in the order)."""
-    import types
-
-    import tensorflow as tf
-
-    from hybridplan import distributed
-    from hybridplan.errors import UnsupportedGraphError
-
-    def step(cross: bool):
-        g = tf.Graph()
-        with g.as_default():
-            keys = [tf.constant(k, name=f"key{k}") for k in (1, 2)]
-
-            def reduce(t, instance):
-                return tf.raw_ops.CollectiveReduceV2(
-                    input=t,
-                    group_size=keys[0],
-                    group_key=keys[0],
-                    instance_key=instance,
-                    ordering_token=[],
-                    merge_op="Add",
-                    final_op="Id",
-                )
-
-            with tf.device("/device:CPU:0"):
-                x = tf.compat.v1.placeholder(tf.float32, [4], name="x")
-                c0 = reduce(x, keys[0])
-            with tf.device("/device:CPU:1"):
-                z = tf.compat.v1.placeholder(tf.float32, [4], name="z")
-                a = z + 1.0
-                # Not read by c1: only the chain would make c1 wait for it.
-                y = c0 * 2.0 if cross else a * 2.0
-                c1 = reduce(a * 3.0 * 4.0 * 5.0, keys[1])
-            tf.identity(c1, name="out")
-            tf.identity(y, name="out_y")
-        return g.as_graph_def(add_shapes=True)
-
-    dt = types.SimpleNamespace(traced=types.SimpleNamespace(captures=[]))
-    with pytest.raises(UnsupportedGraphError, match="order='pool'"):
-        distributed.in_schedule_order(dt, step(cross=True))
-    gd = step(cross=False)
-    ordered = distributed.in_schedule_order(dt, gd)
-    added = {
-        n.name: [i for i in n.input if i.startswith("^")] for n in ordered.node if len(n.input)
-    }
-    original = {n.name: list(n.input) for n in gd.node}
-    chained = [
-        name
-        for name, ctl in added.items()
-        if ctl and not any(i.startswith("^") for i in original[name])
-    ]
-    assert chained, added
-    devices = {n.name: n.device for n in ordered.node}
-    for name in chained:
-        (before,) = [i[1:] for i in added[name] if i not in original[name]]
-        assert devices[before] == devices[name], (name, before)

@@ -53,15 +53,14 @@ from . import _core
 from .errors import BudgetError, InvalidArgumentError, UnsupportedGraphError
 
 __all__ = [
-    "MEASURE_ORDERS",
     "DistributedResult",
     "DistributedStep",
     "DistributedTraced",
     "ReplicaPlan",
     "apply_distributed",
-    "in_schedule_order",
     "measure_distributed",
     "node_devices",
+    "one_executor",
     "replica_subgraph",
     "trace_distributed",
     "trace_keras_distributed",
@@ -825,7 +824,7 @@ def measure_distributed(
     *,
     num_cpus: int,
     warmup: int = 1,
-    order: str = "schedule",
+    order: str = "inline",
 ) -> Any:
     """Runs the step in a Session on CPU emulation and measures every device's peak.
 
@@ -833,14 +832,17 @@ def measure_distributed(
     the variables, the caller's untouched), but each variable copy lives on its
     replica's device and each collective gets its call-time instance key.
 
-    **The executor's order.** A step on several devices cannot run inline (one
-    executor per device), and TensorFlow's CPU thread pool defers weight gradients to
-    the end of the backward pass, differently in each Session (docs/accuracy.md,
-    finding 11): the same unplanned step peaked at 366 kB or 490 kB per replica. By
-    default (``order="schedule"``) the step measured is :func:`in_schedule_order`'s
-    copy: each device's nodes run in the core's schedule, a GPU executor's order, as
-    ``measure``'s ``order="inline"`` runs one device; ``order="pool"`` runs
-    ``graph_def`` as given, in whatever order the pool takes.
+    **The executor's order.** A step on several devices has one executor per device,
+    and TensorFlow runs such a step on its CPU thread pool, which defers weight
+    gradients to the end of the backward pass differently in each Session
+    (docs/accuracy.md, finding 11): the same unplanned step peaked at 366 kB or 490 kB
+    per replica. By default (``order="inline"``, as :func:`hybridplan.measure`'s) the
+    step measured is :func:`one_executor`'s copy: every node on the first replica's
+    device, each allocation charged to the device the node is placed on, each
+    all-reduce replaced by an op of its memory behaviour; one executor then runs the
+    step inline, in a GPU executor's order, the same in every Session. Its losses and
+    weights are not the step's (an all-reduce's sum is not computed): judge values
+    with ``order="pool"``, which runs ``graph_def`` as given on the thread pool.
 
     Args:
         dt: the traced step.
@@ -848,29 +850,33 @@ def measure_distributed(
         batches: ``seed -> (x, y, ...)`` global batches (split as by :class:`DistributedStep`).
         steps: traced steps (after ``warmup`` untraced ones).
         num_cpus: logical CPUs of the Session (replicas + host).
-        order: ``"schedule"`` or ``"pool"`` (:data:`MEASURE_ORDERS`).
+        order: ``"inline"`` or ``"pool"`` (:data:`hybridplan.measuring.ORDERS`).
 
     Returns:
         A :class:`hybridplan.measuring.Measurement` (``peak_bytes`` per device, every
-        step's replica losses in ``losses``, the variables in ``weights``).
+        step's replica losses in ``losses``, the variables in ``weights``; ``inline``:
+        every traced step ran inline).
 
     Raises:
         InvalidArgumentError: no ``batches``, or an unknown ``order``.
-        UnsupportedGraphError: ``order="schedule"`` on a step it cannot order (see
-            :func:`in_schedule_order`).
+        UnsupportedGraphError: ``order="inline"`` on a step :func:`one_executor`
+            cannot emulate.
     """
     from . import measuring
 
     if batches is None:
         raise InvalidArgumentError("measure_distributed needs batches: seed -> (x, y, ...)")
-    if order not in MEASURE_ORDERS:
-        raise InvalidArgumentError(
-            f"measure_distributed: order must be one of {MEASURE_ORDERS}, not {order!r}"
-        )
+    options = measuring.run_options(order, trace=True)
     source = dt.traced.graph_def if graph_def is None else graph_def
-    if order == "schedule":
-        source = in_schedule_order(dt, source)
-    sess, feeds, fetches, variables = _session(dt, source, num_cpus)
+    device_of: dict[str, str] = {}
+    run_on = None
+    if order == "inline":
+        run_on = dt.devices[0]
+        source, moved = one_executor(source, run_on)
+        device_of = {
+            name if name.startswith("*/") else f"step/{name}": key for name, key in moved.items()
+        }
+    sess, feeds, fetches, variables = _session(dt, source, num_cpus, run_on)
     losses: list[np.ndarray] = []
 
     def run(seed: int, options: Any) -> Any:
@@ -888,7 +894,14 @@ def measure_distributed(
             run(s, None)
         split: dict[str, dict[str, list[int]]] = {}
         seeds = range(warmup, warmup + steps)
-        peaks, timeline = measuring._traced_steps(run, seeds, "", None, None, split)
+        inline: list[bool] = []
+
+        def traced_run(seed: int, options: Any) -> Any:
+            metadata = run(seed, options)
+            inline.append(order == "inline" and measuring.ran_inline(metadata.step_stats))
+            return metadata
+
+        peaks, timeline = measuring._traced_steps(traced_run, seeds, "", options, device_of, split)
         weights = [np.asarray(w) for w in sess.run(variables)]
     finally:
         sess.close()
@@ -901,81 +914,87 @@ def measure_distributed(
         timeline_bytes=timeline[1],
         losses=losses,
         weights=weights,
+        inline=all(inline),
+        host_nodes=tuple(name.removeprefix("step/") for name in device_of),
         tensor_peak_bytes={k: max(v) for k, v in split["tensor"].items()},
         scratch_bytes={k: max(v) for k, v in split["scratch"].items()},
     )
 
 
-#: Values of ``measure_distributed(..., order=...)``.
-MEASURE_ORDERS = ("schedule", "pool")
+def one_executor(graph_def: Any, device: str) -> tuple[Any, dict[str, str]]:
+    """A copy of a multi-device step that one executor runs, for measuring its memory.
 
+    The rule: every node placed elsewhere is placed on ``device``
+    (:func:`hybridplan.measuring.place_host_on_device`, which also returns where each
+    was placed, to charge its allocations there); each collective all-reduce (a
+    collective op whose output has its first input's shape) becomes a ``Neg`` of that
+    input: as the all-reduce (``forward_input_or_allocate_output``) it writes into its
+    input when no one else reads it, else into a new buffer of the same size, so the
+    memory is the step's, not the value. Nothing else changes: no control edge is
+    added, so Grappler fuses and prunes as in the step.
 
-def in_schedule_order(dt: DistributedTraced, graph_def: Any) -> Any:
-    """A copy of ``graph_def`` whose nodes run, on each device, in the core's schedule.
-
-    The rule: the core's schedule of the whole step (``hybridplan.analyze(...).order``:
-    first in, first out, a GPU executor's order, rust/core/src/schedule.rs) restricted
-    to each device is a chain; each node on a device (but those without inputs, which
-    are ready at the start) gets a control input from the one before it in its chain.
-    Control inputs change no value. Every chain edge points forward in one topological
-    order, so no cycle of edges arises; what could still hang is a collective: its
-    launch must not wait, through a chain, for another member's result. Such a step is
-    refused.
+    Returns:
+        ``(copy, {moved node name: device key it was placed on})``.
 
     Raises:
-        UnsupportedGraphError: a collective op would wait for another device's
-            collective (measure it with ``order="pool"``).
+        UnsupportedGraphError: a collective that is not an all-reduce, or one inside a
+            function body (a loop's or a call's): measure with ``order="pool"``.
 
     Complexity:
-        O(N + E) in Python plus one analysis, with the collectives' set of each node
-        kept as a bit mask of C bits (O(C) per union: C is a few per step).
+        O(nodes) in Python.
     """
-    from tensorflow.core.framework import graph_pb2
+    from .measuring import place_host_on_device
 
-    from .analysis import analyze
-
-    a = analyze(graph_def.SerializeToString())
-    order = [int(v) for v in a.order]
-    collective = a.node_facts()["collective"]
-    devices = node_devices(graph_def, dt.traced.captures)
-    out = graph_pb2.GraphDef()
-    out.CopyFrom(graph_def)
-    nodes = out.node
-    last: dict[str, str] = {}
-    for v in order:
-        node = nodes[v]
-        if not devices[v] or not node.input:
+    for f in graph_def.library.function:
+        for node in f.node_def:
+            if _core.op_facts(node.op)[0]:
+                raise UnsupportedGraphError(
+                    f"measure_distributed(order='inline') cannot run collective "
+                    f"{node.name!r} ({node.op}) of function {f.signature.name!r} on one "
+                    f"device; measure with order='pool'"
+                )
+    out, moved = place_host_on_device(graph_def, device)
+    index = {n.name: n for n in out.node}
+    for node in out.node:
+        if not _core.op_facts(node.op)[0]:
             continue
-        key = _spec(devices[v]).to_string()
-        before = last.get(key)
-        if before is not None and f"^{before}" not in node.input:
-            node.input.append(f"^{before}")
-        last[key] = node.name
-    # Which collectives each node waits for (bit k: the k-th collective), edges and
-    # chains alike; a collective after another device's would hang its group.
-    index = {n.name: i for i, n in enumerate(nodes)}
-    members = [v for v in order if collective[v]]
-    bit = {v: 1 << k for k, v in enumerate(members)}
-    after = [0] * len(nodes)
-    for v in order:
-        mask = 0
-        for text in nodes[v].input:
-            mask |= after[index[text.lstrip("^").split(":")[0]]]
-        if v in bit:
-            for u in members:
-                if mask & bit[u] and not _same_device(devices[u], devices[v]):
-                    raise UnsupportedGraphError(
-                        f"measure_distributed: in the core's order, collective "
-                        f"{nodes[v].name!r} would wait for {nodes[u].name!r} on another "
-                        f"device, and neither could finish; measure with order='pool'"
-                    )
-            mask |= bit[v]
-        after[v] = mask
-    return out
+        data = [t for t in node.input if not t.startswith("^")]
+        shape = _output_shape(node, 0)
+        source = index.get(data[0].split(":")[0]) if data else None
+        port = int(data[0].split(":")[1]) if data and ":" in data[0] else 0
+        if source is None or shape is None or shape != _output_shape(source, port):
+            raise UnsupportedGraphError(
+                f"measure_distributed(order='inline') emulates all-reduces only, and "
+                f"{node.name!r} ({node.op}) does not give its input's shape; measure with "
+                f"order='pool'"
+            )
+        dtype = node.attr["T"].type
+        controls = [t for t in node.input if t.startswith("^")]
+        node.op = "Neg"
+        del node.input[:]
+        node.input.extend([data[0], *controls])
+        keep = {k: node.attr[k] for k in ("_output_shapes",) if k in node.attr}
+        node.attr.clear()
+        node.attr["T"].type = dtype
+        for k, v in keep.items():
+            node.attr[k].CopyFrom(v)
+    return out, moved
 
 
-def _session(dt: DistributedTraced, graph_def: Any, num_cpus: int) -> tuple:
-    """A Session over a new graph: the step, variable copies on their own devices."""
+def _output_shape(node: Any, port: int) -> tuple | None:
+    """Output ``port``'s shape from ``_output_shapes`` (None when not listed)."""
+    shapes = node.attr["_output_shapes"].list.shape if "_output_shapes" in node.attr else []
+    if port >= len(shapes):
+        return None
+    s = shapes[port]
+    return None if s.unknown_rank else tuple(d.size for d in s.dim)
+
+
+def _session(
+    dt: DistributedTraced, graph_def: Any, num_cpus: int, device: str | None = None
+) -> tuple:
+    """A Session over a new graph: the step, variable copies on their own devices (all
+    on ``device``, and every unplaced node there, when given)."""
     import tensorflow as tf
 
     from .measuring import session_config
@@ -984,7 +1003,7 @@ def _session(dt: DistributedTraced, graph_def: Any, num_cpus: int) -> tuple:
     source = traced.graph_def if graph_def is None else graph_def
     known = {id(v.handle): v.numpy() for v in traced.variables}
     graph = tf.Graph()
-    with graph.as_default():
+    with graph.as_default(), tf.device(device):
         input_map, feeds, variables = {}, [], []
         for spec, name in zip(traced.input_specs, traced.inputs, strict=True):
             ph = tf.compat.v1.placeholder(spec.dtype, spec.shape, name=f"feed/{name}")
@@ -992,7 +1011,7 @@ def _session(dt: DistributedTraced, graph_def: Any, num_cpus: int) -> tuple:
             feeds.append(ph)
         for i, (handle, name) in enumerate(traced.captures):
             value = known.get(id(handle))
-            with tf.device(handle.device):
+            with tf.device(device or handle.device):
                 if value is None and handle.dtype != tf.resource:
                     input_map[f"{name}:0"] = tf.constant(np.asarray(handle), name=f"capture/{i}")
                     continue
