@@ -135,6 +135,11 @@ def mirrored() -> dict:
     # order): the CPU thread pool's own order varies from Session to Session.
     m_base = distributed.measure_distributed(dt, None, batches, STEPS, num_cpus=3)
     m_new = distributed.measure_distributed(dt, result.graph_def, batches, STEPS, num_cpus=3)
+    # The values, in a Session: the step as given, on the thread pool.
+    p_base, p_new = (
+        distributed.measure_distributed(dt, g, batches, STEPS, num_cpus=3, order="pool")
+        for g in (None, result.graph_def)
+    )
     repeats = {
         which: [
             distributed.measure_distributed(dt, g, batches, 1, num_cpus=3).peak_bytes
@@ -178,8 +183,13 @@ def mirrored() -> dict:
         "measured_planned_tensors": m_new.tensor_peak_bytes,
         **repeats,
         "inline": [m_base.inline, m_new.inline],
-        "host_nodes": len(m_new.host_nodes),
-        "session_same": _same(m_base.losses, m_new.losses) and _same(m_base.weights, m_new.weights),
+        "unattributed": [list(m_base.unattributed), list(m_new.unattributed)],
+        "inline_values": [len(m.losses) + len(m.weights) for m in (m_base, m_new)],
+        "pool_planned": p_new.peak_bytes,
+        "pool_base": p_base.peak_bytes,
+        "session_same": len(p_base.losses) == 1 + STEPS
+        and _same(p_base.losses, p_new.losses)
+        and _same(p_base.weights, p_new.weights),
     }
 
 

@@ -53,7 +53,9 @@ def mirrored() -> dict:
 @pytest.mark.slow
 def test_mirrored_rewritten_step_is_bit_identical(mirrored):
     """Losses of every replica and every weight (all replicas' copies, optimizer
-    slots) equal the traced strategy step's, bit for bit, over 3 steps."""
+    slots) equal the traced strategy step's, bit for bit, over 3 steps; and in a
+    Session on the thread pool (the step as given), the rewritten step's equal the
+    original's."""
     base_losses, base_weights = mirrored["base"]
     losses, weights = mirrored["planned"]
     assert len(base_losses) == 3 and all(len(step) == 2 for step in base_losses)
@@ -103,7 +105,9 @@ def test_mirrored_measured_peaks_within_each_budget(mirrored):
     the same on both replicas (identical sub-graphs) and, on replica 0 (fast link,
     swaps), the planned tensors well below it."""
     assert mirrored["inline"] == [True, True]
-    assert mirrored["host_nodes"] > 0  # replica 1's and the host's nodes were moved
+    # Every allocating node charged to a known device, and no values from the copy.
+    assert mirrored["unattributed"] == [[], []]
+    assert mirrored["inline_values"] == [0, 0]
     for rep in mirrored["replicas"]:
         key = rep["device"][rep["device"].rfind("/device:") :]
         assert rep["activation_budget"] < rep["activation_peak"], rep
@@ -162,6 +166,51 @@ def _collective_step(op: str, in_function: bool = False):
         if node.name == "collective":
             node.input.append("^ready")  # TensorFlow moves a control_dependencies to its consts
     return gd
+
+
+def test_charged_devices_follow_the_inputs_of_nodes_grappler_made():
+    """A node the step places is charged to its device; a node Grappler made (not in the
+    step) or an unplaced one, to the device of its data inputs, through chains of them;
+    a control input does not place a node; a node reached by none is returned as not
+    told and charged to the default."""
+    from tensorflow.core.framework import graph_pb2
+
+    from hybridplan import distributed
+
+    g = graph_pb2.GraphDef()
+    for name, inputs in [
+        ("step/a", []),
+        ("step/b", []),
+        ("step/ArithmeticOptimizer/Fold_b", ["step/b:0"]),
+        ("step/ArithmeticOptimizer/Fold_b/next", ["step/ArithmeticOptimizer/Fold_b:1", "^step/a"]),
+        ("step/out", ["step/ArithmeticOptimizer/Fold_b/next"]),
+        ("step/lonely", ["^step/b"]),
+    ]:
+        node = g.node.add(name=name, op="NoOp")
+        node.input.extend(inputs)
+    placed = {
+        "step/a": "/job:localhost/replica:0/task:0/device:CPU:0",
+        "step/b": "/cpu:1",
+        "step/out": "",
+    }
+    key_of, unresolved = distributed.charged_devices([g], placed, "/device:CPU:0")
+    assert key_of == {
+        "step/a": "/device:CPU:0",
+        "step/b": "/device:CPU:1",
+        "step/ArithmeticOptimizer/Fold_b": "/device:CPU:1",
+        "step/ArithmeticOptimizer/Fold_b/next": "/device:CPU:1",
+        "step/out": "/device:CPU:1",
+        "step/lonely": "/device:CPU:0",
+    }
+    assert unresolved == {"step/lonely"}
+
+
+def test_measure_distributed_refuses_an_unknown_order():
+    from hybridplan import distributed
+    from hybridplan.errors import InvalidArgumentError
+
+    with pytest.raises(InvalidArgumentError, match="order"):
+        distributed.measure_distributed(None, None, lambda s: (), num_cpus=3, order="fifo")
 
 
 def test_one_executor_writes_an_all_reduce_as_a_neg_of_its_input():

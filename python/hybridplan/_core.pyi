@@ -292,6 +292,7 @@ class OpTable(TypedDict):
     constants: list[str]
     variable_reads: list[str]
     transfers: list[str]
+    all_reduces: list[str]
     runtime_plumbing: list[str]
     replaces_one_node: list[str]
 

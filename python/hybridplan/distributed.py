@@ -43,6 +43,7 @@ Example::
 from __future__ import annotations
 
 import os
+from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -58,6 +59,7 @@ __all__ = [
     "DistributedTraced",
     "ReplicaPlan",
     "apply_distributed",
+    "charged_devices",
     "measure_distributed",
     "node_devices",
     "one_executor",
@@ -72,6 +74,8 @@ _RESOURCE = next(code for code, name, _, _ in _core.dtypes() if name == "resourc
 #: (``opkind::ARGUMENTS``: a step's fed input or captured handle).
 _IDENTITIES = frozenset(_core.op_table()["identities"])
 _ARGUMENTS = frozenset(_core.op_table()["arguments"])
+#: The core's all-reduces (``opkind::ALL_REDUCES``), which :func:`one_executor` emulates.
+_ALL_REDUCES = frozenset(_core.op_table()["all_reduces"])
 
 
 # --------------------------------------------------------------------------- tracing
@@ -829,8 +833,9 @@ def measure_distributed(
     """Runs the step in a Session on CPU emulation and measures every device's peak.
 
     As :func:`hybridplan.measure` (allocation records replayed per device, copies of
-    the variables, the caller's untouched), but each variable copy lives on its
-    replica's device and each collective gets its call-time instance key.
+    the variables, the caller's untouched), but each collective gets its call-time
+    instance key, and with ``order="pool"`` each variable copy lives on its replica's
+    device.
 
     **The executor's order.** A step on several devices has one executor per device,
     and TensorFlow runs such a step on its CPU thread pool, which defers weight
@@ -838,10 +843,13 @@ def measure_distributed(
     (docs/accuracy.md, finding 11): the same unplanned step peaked at 366 kB or 490 kB
     per replica. By default (``order="inline"``, as :func:`hybridplan.measure`'s) the
     step measured is :func:`one_executor`'s copy: every node on the first replica's
-    device, each allocation charged to the device the node is placed on, each
-    all-reduce replaced by an op of its memory behaviour; one executor then runs the
-    step inline, in a GPU executor's order, the same in every Session. Its losses and
-    weights are not the step's (an all-reduce's sum is not computed): judge values
+    device (variable copies and unplaced nodes too), each all-reduce replaced by an op
+    of its memory behaviour; one executor then runs the step inline, in a GPU
+    executor's order, the same in every Session. Each allocation is charged to the
+    device its node is placed on, or, for a node Grappler made or an unplaced one, that
+    of its inputs (:func:`charged_devices`; one more untraced step first returns the
+    graph that runs). The copy's losses and weights are not the step's (no all-reduce
+    sums the gradients), so ``losses`` and ``weights`` are left empty: judge values
     with ``order="pool"``, which runs ``graph_def`` as given on the thread pool.
 
     Args:
@@ -853,9 +861,10 @@ def measure_distributed(
         order: ``"inline"`` or ``"pool"`` (:data:`hybridplan.measuring.ORDERS`).
 
     Returns:
-        A :class:`hybridplan.measuring.Measurement` (``peak_bytes`` per device, every
-        step's replica losses in ``losses``, the variables in ``weights``; ``inline``:
-        every traced step ran inline).
+        A :class:`hybridplan.measuring.Measurement` (``peak_bytes`` per device; with
+        ``order="pool"`` every step's replica losses in ``losses`` and the variables in
+        ``weights``; ``inline``: every traced step ran inline; ``unattributed``: the
+        allocating nodes whose device could not be told).
 
     Raises:
         InvalidArgumentError: no ``batches``, or an unknown ``order``.
@@ -867,15 +876,11 @@ def measure_distributed(
     if batches is None:
         raise InvalidArgumentError("measure_distributed needs batches: seed -> (x, y, ...)")
     options = measuring.run_options(order, trace=True)
-    source = dt.traced.graph_def if graph_def is None else graph_def
-    device_of: dict[str, str] = {}
-    run_on = None
+    given = dt.traced.graph_def if graph_def is None else graph_def
+    source, moved, run_on = given, {}, None
     if order == "inline":
         run_on = dt.devices[0]
-        source, moved = one_executor(source, run_on)
-        device_of = {
-            name if name.startswith("*/") else f"step/{name}": key for name, key in moved.items()
-        }
+        source, moved = one_executor(given, run_on)
     sess, feeds, fetches, variables = _session(dt, source, num_cpus, run_on)
     losses: list[np.ndarray] = []
 
@@ -889,22 +894,47 @@ def measure_distributed(
         losses.append(np.asarray(sess.run(fetches, feed, options, run_metadata=metadata)))
         return metadata
 
+    device_of: dict[str, str] = {}
+    unresolved: set[str] = set()
     try:
         for s in range(warmup):
             run(s, None)
+        if order == "inline":
+            # The graph that ran (after Grappler) names the nodes the allocation records
+            # will: each charged to the device its node, or the node it was made from, is on.
+            first = measuring.run_options(order)
+            first.output_partition_graphs = True
+            ran = run(warmup, first).partition_graphs
+            devices = node_devices(given, dt.traced.captures)
+            placed = {f"step/{n.name}": d for n, d in zip(given.node, devices, strict=True)}
+            device_of, unresolved = charged_devices(ran, placed, run_on)
+            device_of.update((name, key) for name, key in moved.items() if name.startswith("*/"))
         split: dict[str, dict[str, list[int]]] = {}
-        seeds = range(warmup, warmup + steps)
+        seeds = (
+            range(warmup + 1, warmup + 1 + steps)
+            if order == "inline"
+            else range(warmup, warmup + steps)
+        )
         inline: list[bool] = []
+
+        suffixes = measuring.body_suffixes(device_of)
+        unattributed: set[str] = set()
 
         def traced_run(seed: int, options: Any) -> Any:
             metadata = run(seed, options)
             inline.append(order == "inline" and measuring.ran_inline(metadata.step_stats))
+            if order == "inline":
+                unattributed.update(
+                    _unattributed(metadata.step_stats, device_of, suffixes, unresolved)
+                )
             return metadata
 
         peaks, timeline = measuring._traced_steps(traced_run, seeds, "", options, device_of, split)
         weights = [np.asarray(w) for w in sess.run(variables)]
     finally:
         sess.close()
+    if order == "inline":
+        losses, weights = [], []  # the copy's, not the step's: no all-reduce summed them
     return measuring.Measurement(
         device="",
         peak_bytes={k: max(v) for k, v in peaks.items()},
@@ -915,7 +945,10 @@ def measure_distributed(
         losses=losses,
         weights=weights,
         inline=all(inline),
-        host_nodes=tuple(name.removeprefix("step/") for name in device_of),
+        host_nodes=tuple(
+            sorted(name.removeprefix("step/") for name in moved if not name.startswith("*/"))
+        ),
+        unattributed=tuple(sorted(unattributed)),
         tensor_peak_bytes={k: max(v) for k, v in split["tensor"].items()},
         scratch_bytes={k: max(v) for k, v in split["scratch"].items()},
     )
@@ -954,19 +987,15 @@ def one_executor(graph_def: Any, device: str) -> tuple[Any, dict[str, str]]:
                     f"device; measure with order='pool'"
                 )
     out, moved = place_host_on_device(graph_def, device)
-    index = {n.name: n for n in out.node}
     for node in out.node:
         if not _core.op_facts(node.op)[0]:
             continue
         data = [t for t in node.input if not t.startswith("^")]
-        shape = _output_shape(node, 0)
-        source = index.get(data[0].split(":")[0]) if data else None
-        port = int(data[0].split(":")[1]) if data and ":" in data[0] else 0
-        if source is None or shape is None or shape != _output_shape(source, port):
+        if node.op not in _ALL_REDUCES or not data:
             raise UnsupportedGraphError(
-                f"measure_distributed(order='inline') emulates all-reduces only, and "
-                f"{node.name!r} ({node.op}) does not give its input's shape; measure with "
-                f"order='pool'"
+                f"measure_distributed(order='inline') emulates all-reduces only "
+                f"({', '.join(sorted(_ALL_REDUCES))}), and {node.name!r} is a {node.op}; "
+                f"measure with order='pool'"
             )
         dtype = node.attr["T"].type
         controls = [t for t in node.input if t.startswith("^")]
@@ -981,13 +1010,64 @@ def one_executor(graph_def: Any, device: str) -> tuple[Any, dict[str, str]]:
     return out, moved
 
 
-def _output_shape(node: Any, port: int) -> tuple | None:
-    """Output ``port``'s shape from ``_output_shapes`` (None when not listed)."""
-    shapes = node.attr["_output_shapes"].list.shape if "_output_shapes" in node.attr else []
-    if port >= len(shapes):
-        return None
-    s = shapes[port]
-    return None if s.unknown_rank else tuple(d.size for d in s.dim)
+def charged_devices(
+    graphs: Sequence[Any], placed: Mapping[str, str], default: str
+) -> tuple[dict[str, str], set[str]]:
+    """The device key each node of the graphs that ran is charged to, and the nodes whose
+    device could not be told (charged to ``default``).
+
+    The rule: a node of the step takes the device it is placed on (``placed``: name as
+    it ran -> device string, ``""`` where the step does not say); a node Grappler made
+    or renamed (``.../ArithmeticOptimizer/...``, a fused node) or an unplaced one takes
+    the device of a data input already charged, found by a breadth-first walk from the
+    charged nodes along data edges (the first to reach it wins).
+
+    Complexity:
+        O(N + E) over the graphs' nodes and edges.
+    """
+    from .measuring import device_key
+
+    nodes = [n for g in graphs for n in g.node]
+    key_of: dict[str, str] = {}
+    for n in nodes:
+        where = placed.get(n.name, "")
+        if where:
+            key_of[n.name] = device_key(_spec(where).to_string())
+    readers: dict[str, list[str]] = {}
+    for n in nodes:
+        for text in n.input:
+            if not text.startswith("^"):
+                readers.setdefault(text.split(":")[0], []).append(n.name)
+    queue = deque(n.name for n in nodes if n.name in key_of)
+    while queue:
+        name = queue.popleft()
+        for r in readers.get(name, ()):
+            if r not in key_of:
+                key_of[r] = key_of[name]
+                queue.append(r)
+    unresolved = {n.name for n in nodes if n.name not in key_of}
+    fallback = device_key(_spec(default).to_string())
+    for name in unresolved:
+        key_of[name] = fallback
+    return key_of, unresolved
+
+
+def _unattributed(
+    step_stats: Any, device_of: Mapping[str, str], suffixes: list, unresolved: set[str]
+) -> set[str]:
+    """Nodes that allocated in a step and that neither ``device_of`` nor a loop body's
+    suffix places, or that :func:`charged_devices` could not place: their records fall
+    to the device they ran on."""
+    from .measuring import charged_device
+
+    out = set()
+    for dev in step_stats.dev_stats:
+        for ns in dev.node_stats:
+            allocated = any(r.alloc_bytes > 0 for m in ns.memory for r in m.allocation_records)
+            unplaced = charged_device(device_of, suffixes, ns.node_name, "") == ""
+            if allocated and (unplaced or ns.node_name in unresolved):
+                out.add(ns.node_name)
+    return out
 
 
 def _session(

@@ -108,6 +108,11 @@ class Measurement:
             timeline without any node's kernel scratch (buffers a node allocated and
             freed while it ran). ``peak_bytes`` is the total, scratch included.
         scratch_bytes: the most scratch one node of each device held at once.
+        unattributed: nodes that allocated in a traced step although the device they
+            belong to could not be told, so their records are charged to the device
+            they ran on (``distributed.measure_distributed``'s one-executor copy; empty
+            for :func:`measure`, where every node runs on the device it is placed on
+            or is listed in ``host_nodes``).
     """
 
     device: str
@@ -122,6 +127,7 @@ class Measurement:
     host_nodes: tuple[str, ...] = ()
     tensor_peak_bytes: dict[str, int] = field(default_factory=dict)
     scratch_bytes: dict[str, int] = field(default_factory=dict)
+    unattributed: tuple[str, ...] = ()
 
     @property
     def device_peak(self) -> int:

@@ -140,6 +140,18 @@ pub const CONSTANTS: [&str; 2] = ["Const", "HostConst"];
 /// The variable reads of [`is_variable_read`].
 pub const VARIABLE_READS: [&str; 1] = ["ReadVariableOp"];
 
+/// All-reduces: collectives whose output is their first input reduced over
+/// the group, of its shape and dtype (`is_collective`; each writes into its
+/// input when it can, `forward_input_or_allocate_output`). The distributed
+/// measurement runs one in place of each on one device
+/// (`hybridplan.distributed.one_executor`).
+pub const ALL_REDUCES: [&str; 4] = [
+    "CollectiveReduce",
+    "CollectiveReduceV2",
+    "CollectiveReduceV3",
+    "NcclAllReduce",
+];
+
 /// Ops TensorFlow's partitioner adds for a device crossing (a swap to the host
 /// adds a pair): not the step's kernels.
 pub const TRANSFERS: [&str; 4] = ["_Send", "_Recv", "_HostSend", "_HostRecv"];

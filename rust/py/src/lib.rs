@@ -818,7 +818,7 @@ fn op_facts(op: &str) -> (bool, bool, bool, Option<&'static str>) {
 fn op_table<'py>(py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
     use core::opkind as k;
     let d = PyDict::new(py);
-    let sets: [(&str, &[&str]); 20] = [
+    let sets: [(&str, &[&str]); 21] = [
         ("accumulator_push", &k::ACCUMULATOR_PUSH),
         ("accumulator_pop", &k::ACCUMULATOR_POP),
         ("conditionals", &k::CONDITIONALS),
@@ -837,6 +837,7 @@ fn op_table<'py>(py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         ("constants", &k::CONSTANTS),
         ("variable_reads", &k::VARIABLE_READS),
         ("transfers", &k::TRANSFERS),
+        ("all_reduces", &k::ALL_REDUCES),
         ("runtime_plumbing", &k::RUNTIME_PLUMBING),
         ("replaces_one_node", &k::REPLACES_ONE_NODE),
     ];

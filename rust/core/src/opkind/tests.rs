@@ -57,3 +57,15 @@ fn kernel_classes() {
     assert_eq!(kernel_class("FusedBatchNormV3"), Some("batch_norm"));
     assert_eq!(kernel_class("ConcatV2"), None);
 }
+
+#[test]
+fn all_reduces_are_collectives_and_gathers_are_not_all_reduces() {
+    assert!(ALL_REDUCES.iter().all(|op| is_collective(op)));
+    for op in [
+        "CollectiveGatherV2",
+        "CollectiveBcastSendV2",
+        "CollectiveAllToAllV2",
+    ] {
+        assert!(is_collective(op) && !ALL_REDUCES.contains(&op), "{op}");
+    }
+}
