@@ -908,7 +908,14 @@ def measure_distributed(
             devices = node_devices(given, dt.traced.captures)
             placed = {f"step/{n.name}": d for n, d in zip(given.node, devices, strict=True)}
             device_of, unresolved = charged_devices(ran, placed, run_on)
-            device_of.update((name, key) for name, key in moved.items() if name.startswith("*/"))
+            # A loop body's nodes run as ``<loop>/body/_<i>/<name>``: named by ``*/<name>``
+            # where the body places them (moved or not).
+            device_of.update(
+                (f"*/{node.name}", measuring.device_key(_spec(node.device).to_string()))
+                for f in given.library.function
+                for node in f.node_def
+                if node.device
+            )
         split: dict[str, dict[str, list[int]]] = {}
         seeds = (
             range(warmup + 1, warmup + 1 + steps)
@@ -959,11 +966,11 @@ def one_executor(graph_def: Any, device: str) -> tuple[Any, dict[str, str]]:
 
     The rule: every node placed elsewhere is placed on ``device``
     (:func:`hybridplan.measuring.place_host_on_device`, which also returns where each
-    was placed, to charge its allocations there); each collective all-reduce (a
-    collective op whose output has its first input's shape) becomes a ``Neg`` of that
-    input: as the all-reduce (``forward_input_or_allocate_output``) it writes into its
-    input when no one else reads it, else into a new buffer of the same size, so the
-    memory is the step's, not the value. Nothing else changes: no control edge is
+    was placed, to charge its allocations there); each all-reduce (the core's
+    ``opkind::ALL_REDUCES``: output of its first input's shape) becomes a ``Neg`` of
+    that input: as the all-reduce (``forward_input_or_allocate_output``) it writes into
+    its input when no one else reads it, else into a new buffer of the same size, so
+    the memory is the step's, not the value. Nothing else changes: no control edge is
     added, so Grappler fuses and prunes as in the step.
 
     Returns:
