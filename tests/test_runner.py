@@ -156,3 +156,40 @@ def test_setup_cpu_emulation_in_a_fresh_process():
     )
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.strip().splitlines()[-1] == "/device:CPU:0,/device:CPU:1"
+
+
+def test_a_step_with_a_cond_runs_bit_identical_and_imports_twice():
+    """An optimizer whose update holds a ``tf.cond`` (Adam's moving average of the
+    weights, written back every other step) puts functions in the step's library, which
+    tracing has already registered under the same names: the GraphDef's copies are
+    imported under names of their own, and the step trains as the traced function does,
+    bit for bit. Compiling it a second time adds nothing that clashes."""
+    import types
+
+    import keras
+
+    import hybridplan
+
+    keras.utils.set_random_seed(0)
+    model = keras.Sequential(
+        [
+            keras.Input((8, 8, 3), batch_size=2),
+            keras.layers.Conv2D(4, 3, activation="relu"),
+            keras.layers.GlobalAveragePooling2D(),
+            keras.layers.Dense(3),
+        ]
+    )
+    optimizer = keras.optimizers.Adam(1e-2, use_ema=True, ema_overwrite_frequency=2)
+    loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+    traced = hybridplan.trace_keras(
+        model, optimizer, loss, tf.TensorSpec([2, 8, 8, 3]), tf.TensorSpec([2], tf.int32)
+    )
+    assert traced.graph_def.library.function, "the step should hold the cond's branches"
+
+    def batch(seed):
+        rng = np.random.default_rng(seed)
+        return rng.standard_normal((2, 8, 8, 3)).astype("float32"), np.array([0, 2], "int32")
+
+    w = types.SimpleNamespace(model=model, optimizer=optimizer, batch=batch)
+    _assert_same_training(w, traced.concrete_function, compile_step(traced))
+    _assert_same_training(w, traced.concrete_function, compile_step(traced))

@@ -116,6 +116,7 @@ def compile_step(traced: Traced, graph_def: Any = None, *, name: str = "step") -
             input_map[f"{ph}:0"] = graph.capture(handle)
         gd = tf.compat.v1.GraphDef()
         gd.CopyFrom(source)  # import_graph_def writes default attributes into its input
+        _rename_functions(gd)
         return list(
             tf.graph_util.import_graph_def(
                 gd, input_map=input_map, return_elements=list(traced.outputs), name=name
@@ -130,6 +131,44 @@ def compile_step(traced: Traced, graph_def: Any = None, *, name: str = "step") -
     except (ValueError, TypeError, tf.errors.OpError) as exc:
         raise InvalidGraphError(f"TensorFlow rejected the step GraphDef on import: {exc}") from exc
     return StepFn(traced, source, function, name)
+
+
+def _rename_functions(graph_def: Any) -> None:
+    """Renames, in place, every function of ``graph_def``'s library and every reference
+    to it (a node's function attributes, in the graph and in function bodies, and the
+    gradient table) to ``<name>_hp<digest of the library>``.
+
+    Tracing registers the step's functions (a ``tf.cond``'s branches, a loop's body: an
+    optimizer's conditional update, a loss scale, an RNN) in the eager context under
+    their names; the GraphDef's copies of them are not byte for byte the same (shapes
+    written in, a rewrite's nodes), and importing a function under a registered name with
+    another definition is refused ("Attempting to add a duplicate function"). Names
+    change no value. The same library gets the same names, so importing it twice adds
+    nothing. O(size of the GraphDef)."""
+    import hashlib
+
+    library = graph_def.library
+    if not library.function:
+        return
+    tag = hashlib.sha256(library.SerializeToString(deterministic=True)).hexdigest()[:12]
+    new = {f.signature.name: f"{f.signature.name}_hp{tag}" for f in library.function}
+
+    def rename(nodes: Any) -> None:
+        for node in nodes:
+            for value in node.attr.values():
+                if value.HasField("func") and value.func.name in new:
+                    value.func.name = new[value.func.name]
+                for f in value.list.func:
+                    if f.name in new:
+                        f.name = new[f.name]
+
+    rename(graph_def.node)
+    for f in library.function:
+        f.signature.name = new[f.signature.name]
+        rename(f.node_def)
+    for g in library.gradient:
+        g.function_name = new.get(g.function_name, g.function_name)
+        g.gradient_func = new.get(g.gradient_func, g.gradient_func)
 
 
 def _check_names(traced: Traced, graph_def: Any) -> None:
