@@ -425,3 +425,14 @@ def test_bytes_malformed_where_the_core_does_not_read_are_the_graphs_error(fract
     assert p.is_empty == (fraction > 1)
     with pytest.raises(hybridplan.InvalidGraphError, match="malformed where the planner"):
         hybridplan.apply(data, budget, strategy="tflms", min_bytes=1024)
+
+
+@pytest.mark.parametrize("budget", ["1TiB", None])
+def test_an_unknown_target_is_refused_even_when_the_step_already_fits(budget):
+    """A misspelt target is refused before planning, also when the budget needs no
+    rewrite (which would otherwise never reach the code that writes for the target)."""
+    gd = hybridplan.testing.synthetic_graphdef(300)
+    budget = budget or hybridplan.analyze(gd).budget_for(0.5)
+    for target in ("GPU", "cpu_emulation", "tpu", None):
+        with pytest.raises(hybridplan.InvalidArgumentError, match="unknown target"):
+            hybridplan.apply(gd, budget, target=target)

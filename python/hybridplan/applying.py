@@ -110,6 +110,10 @@ def apply(
         >>> r.report["planned"]["peak_bytes"] <= r.plan.budget  # doctest: +SKIP
         True
     """
+    from .rewriting import check_target
+
+    # Checked first: with nothing to write (the step fits) the rewrite would never see it.
+    check_target(target)
     # Inlined: plan and the rewrite take the bytes as they are, without scanning them again.
     given = graph_source(graph_def)
     data, traced_loss = given.data, given.loss

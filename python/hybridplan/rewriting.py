@@ -141,6 +141,12 @@ TARGETS: dict[str, Target] = {
 }
 
 
+def check_target(target: Any) -> None:
+    """Raises InvalidArgumentError unless ``target`` names one of :data:`TARGETS`."""
+    if not isinstance(target, str) or target not in TARGETS:
+        raise InvalidArgumentError(f"unknown target {target!r}; use one of {sorted(TARGETS)}")
+
+
 @dataclass(frozen=True)
 class RewriteSummary:
     """What :func:`rewrite_with_summary` inserted (node names, as in the new GraphDef).
@@ -270,8 +276,7 @@ def rewrite_with_summary(
 
         new_gd = rewrite(traced.graph_def, plan, target="cpu-emulation")
     """
-    if not isinstance(target, str) or target not in TARGETS:
-        raise InvalidArgumentError(f"unknown target {target!r}; use one of {sorted(TARGETS)}")
+    check_target(target)
     if isinstance(graph_def, (str, os.PathLike)) or hasattr(graph_def, "graph_def"):
         # A .pb/.pbtxt path or a traced step, read as analyze, plan and apply read them.
         from ._graphio import graph_source
