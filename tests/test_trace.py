@@ -244,13 +244,27 @@ def _regressor(units: int):
         ("mean_absolute_error", 1, np.linspace(-1, 1, 16, dtype=np.float32).reshape(16, 1)),
         (keras.losses.mean_squared_error, 1, np.linspace(0, 2, 16, dtype=np.float32)[:, None]),
         (keras.losses.MeanSquaredError(), 1, np.linspace(0, 2, 16, dtype=np.float32)[:, None]),
+        (
+            lambda t, p: keras.losses.mean_squared_error(t, p),  # named "<lambda>"
+            1,
+            np.linspace(0, 2, 16, dtype=np.float32)[:, None],
+        ),
         ("crossentropy", 3, (np.arange(16) % 3).astype(np.int32)),
         ("sparse_categorical_crossentropy", 3, (np.arange(16) % 3).astype(np.int32)),
     ],
-    ids=["mse", "mae-name", "mse-function", "mse-object", "crossentropy", "sparse-ce"],
+    ids=[
+        "mse",
+        "mae-name",
+        "mse-function",
+        "mse-object",
+        "mse-lambda",
+        "crossentropy",
+        "sparse-ce",
+    ],
 )
 def test_trace_keras_step_equals_train_on_batch(loss, units, y):
-    """A loss given by name, function or object trains as model.compile(loss=...) does.
+    """A loss given by name, function (a lambda too) or object trains as
+    model.compile(loss=...) does.
 
     Before the fix a name gave per-example losses whose gradient is the batch sum's: the
     update was batch-size (16) times train_on_batch's.

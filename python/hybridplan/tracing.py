@@ -24,6 +24,7 @@ Example::
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -252,6 +253,8 @@ def keras_loss(identifier: Any) -> Callable[[Any, Any], Any]:
             'a function loss_fn(y_true, y_pred) or a name such as "mse"'
         )
     name = identifier if isinstance(identifier, str) else getattr(fn, "__name__", "loss")
+    # The name becomes a TensorFlow name scope, which a lambda's "<lambda>" is not.
+    name = re.sub(r"[^A-Za-z0-9_.\-]", "", str(name)).lstrip("_-") or "loss"
     return _loss_function_wrapper()(fn, name=name)
 
 
