@@ -324,3 +324,9 @@ def test_distributed_loss_must_sum_per_example():
         _per_example_loss(keras.losses.MeanSquaredError())
     with pytest.raises(InvalidArgumentError, match="not a loss Keras knows"):
         _per_example_loss("msq")
+
+
+@pytest.mark.parametrize("optimizer", [None, "adam"])
+def test_trace_keras_rejects_what_is_no_optimizer(optimizer):
+    with pytest.raises(InvalidArgumentError, match="Keras optimizer instance"):
+        trace_keras(_regressor(1), optimizer, "mse", tf.TensorSpec([4, 6]), tf.TensorSpec([4, 1]))

@@ -198,6 +198,12 @@ def trace_keras(
     x_sig = _to_spec(x_spec, 0)
     y_sig = _to_spec(y_spec, 1)
     loss_fn = keras_loss(loss_fn)
+    if not callable(getattr(optimizer, "apply_gradients", None)):
+        raise InvalidArgumentError(
+            f"optimizer is a {type(optimizer).__name__} ({optimizer!r}); pass a Keras "
+            "optimizer instance, e.g. keras.optimizers.Adam(1e-3), and keep it: the step "
+            "updates its slots (a name such as 'adam' would make one you cannot reach)"
+        )
     if not model.built:
         model.build(tuple(x_sig.shape))
     if not getattr(optimizer, "built", False):
