@@ -238,7 +238,7 @@ def test_every_public_name_resolves():
     assert hybridplan.models is models
 
 
-def test_from_keras_rejects_a_batch_left_open():
+def test_from_keras_rejects_a_batch_left_open_and_several_inputs():
     import keras
     import tensorflow as tf
 
@@ -247,6 +247,9 @@ def test_from_keras_rejects_a_batch_left_open():
     net = keras.Sequential([keras.Input((4,)), keras.layers.Dense(3)])
     with pytest.raises(InvalidArgumentError, match="fully defined"):
         models.from_keras(net, tf.TensorSpec([None, 4]), tf.TensorSpec([8], tf.int32), 3)
+    with pytest.raises(InvalidArgumentError, match="trace_keras"):
+        two = (tf.TensorSpec([8, 4]), tf.TensorSpec([8, 4]))
+        models.from_keras(net, two, tf.TensorSpec([8], tf.int32), 3)
     w = models.from_keras(net, tf.TensorSpec([8, 4]), tf.TensorSpec([8], tf.int32), 3)
     x, y = w.batch(0)
     assert x.shape == (8, 4) and y.shape == (8,) and y.max() < 3

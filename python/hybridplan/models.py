@@ -559,6 +559,12 @@ def from_keras(
     """
     _positive(classes=classes)
     for what, spec in (("x_spec", x_spec), ("y_spec", y_spec)):
+        if not hasattr(spec, "shape"):
+            raise InvalidArgumentError(
+                f"{what} is a {type(spec).__name__}; from_keras takes one tf.TensorSpec per "
+                "side (one input, one target): trace a model with several with "
+                "hybridplan.trace_keras, which takes nests of specs"
+            )
         if not spec.shape.is_fully_defined():
             raise InvalidArgumentError(
                 f"{what} must have a fully defined shape (batch included), got {spec.shape}"
