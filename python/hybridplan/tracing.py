@@ -32,12 +32,7 @@ from typing import Any
 import tensorflow as tf
 
 from hybridplan import _core
-from hybridplan.errors import (
-    HybridplanError,
-    InvalidArgumentError,
-    ShapeError,
-    UnsupportedGraphError,
-)
+from hybridplan.errors import InvalidArgumentError, ShapeError, UnsupportedGraphError
 from hybridplan.inlining import CALL_OPS
 
 __all__ = ["Traced", "keras_loss", "trace", "trace_concrete", "trace_keras"]
@@ -225,8 +220,6 @@ def trace_keras(
 
     try:
         return trace(train_step, x_sig, y_sig)
-    except HybridplanError:
-        raise  # already says what is wrong (a graph the planner does not take, ...)
     except (ValueError, TypeError) as e:
         # Raised by Keras or TensorFlow while running the model, the loss or the optimizer
         # on the specs: a spec that does not fit the model's input or the loss's targets.
