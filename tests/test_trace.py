@@ -330,15 +330,3 @@ def test_distributed_loss_must_sum_per_example():
 def test_trace_keras_rejects_what_is_no_optimizer(optimizer):
     with pytest.raises(InvalidArgumentError, match="Keras optimizer instance"):
         trace_keras(_regressor(1), optimizer, "mse", tf.TensorSpec([4, 6]), tf.TensorSpec([4, 1]))
-
-
-@pytest.mark.parametrize(
-    ("x", "y"),
-    [([4, 5], [4, 1]), ([4, 6], [3, 1])],
-    ids=["features", "y-batch"],
-)
-def test_trace_keras_says_when_a_spec_does_not_fit_the_model(x, y):
-    with pytest.raises(InvalidArgumentError, match="check that x_spec fits"):
-        trace_keras(
-            _regressor(1), keras.optimizers.SGD(0.1), "mse", tf.TensorSpec(x), tf.TensorSpec(y)
-        )

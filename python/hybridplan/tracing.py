@@ -218,17 +218,7 @@ def trace_keras(
         optimizer.apply_gradients(zip(grads, model.trainable_variables, strict=True))
         return loss_value
 
-    try:
-        return trace(train_step, x_sig, y_sig)
-    except (ValueError, TypeError) as e:
-        # Raised by Keras or TensorFlow while running the model, the loss or the optimizer
-        # on the specs: a spec that does not fit the model's input or the loss's targets.
-        last = str(e).strip().splitlines()[-1] if str(e).strip() else type(e).__name__
-        raise InvalidArgumentError(
-            f"tracing the training step on x_spec {x_sig} and y_spec {y_sig} failed: {last}; "
-            "check that x_spec fits the model's input (batch included) and y_spec the "
-            "loss's targets"
-        ) from e
+    return trace(train_step, x_sig, y_sig)
 
 
 def keras_loss(identifier: Any) -> Callable[[Any, Any], Any]:
