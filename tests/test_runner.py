@@ -193,3 +193,32 @@ def test_a_step_with_a_cond_runs_bit_identical_and_imports_twice():
     w = types.SimpleNamespace(model=model, optimizer=optimizer, batch=batch)
     _assert_same_training(w, traced.concrete_function, compile_step(traced))
     _assert_same_training(w, traced.concrete_function, compile_step(traced))
+
+
+def test_every_reference_to_a_library_function_is_renamed():
+    """A function is referred to by a node's op, a function attribute or a list of them,
+    in the graph or in a body, and by the gradient table: each follows the renaming."""
+    from hybridplan.runner import _rename_functions
+
+    gd = graph_pb2.GraphDef()
+    for name in ("f", "g", "g_grad"):
+        gd.library.function.add().signature.name = name
+    gd.library.function[0].node_def.add(name="in_body", op="g")
+    gd.library.gradient.add(function_name="g", gradient_func="g_grad")
+    direct = gd.node.add(name="direct", op="f")
+    call = gd.node.add(name="call", op="PartitionedCall")
+    call.attr["f"].func.name = "g"
+    case = gd.node.add(name="case", op="Case")
+    case.attr["branches"].list.func.add(name="f")
+    case.attr["branches"].list.func.add(name="g")
+    _rename_functions(gd)
+    names = [f.signature.name for f in gd.library.function]
+    assert all(n.rsplit("_hp", 1)[0] in ("f", "g", "g_grad") for n in names), names
+    f, g, g_grad = names
+    assert direct.op == f and call.attr["f"].func.name == g
+    assert [x.name for x in case.attr["branches"].list.func] == [f, g]
+    assert gd.library.function[0].node_def[0].op == g
+    assert (gd.library.gradient[0].function_name, gd.library.gradient[0].gradient_func) == (
+        g,
+        g_grad,
+    )

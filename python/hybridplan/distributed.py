@@ -917,11 +917,8 @@ def measure_distributed(
                 if node.device
             )
         split: dict[str, dict[str, list[int]]] = {}
-        seeds = (
-            range(warmup + 1, warmup + 1 + steps)
-            if order == "inline"
-            else range(warmup, warmup + steps)
-        )
+        start = warmup + (order == "inline")  # after the step that returned the graph
+        seeds = range(start, start + steps)
         inline: list[bool] = []
 
         suffixes = measuring.body_suffixes(device_of)

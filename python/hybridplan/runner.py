@@ -135,8 +135,9 @@ def compile_step(traced: Traced, graph_def: Any = None, *, name: str = "step") -
 
 def _rename_functions(graph_def: Any) -> None:
     """Renames, in place, every function of ``graph_def``'s library and every reference
-    to it (a node's function attributes, in the graph and in function bodies, and the
-    gradient table) to ``<name>_hp<digest of the library>``.
+    to it (a node that runs it as its op or through a function attribute, in the graph
+    and in function bodies, as ``inlining._refs`` reads them, and the gradient table) to
+    ``<name>_hp<digest of the library>``.
 
     Tracing registers the step's functions (a ``tf.cond``'s branches, a loop's body: an
     optimizer's conditional update, a loss scale, an RNN) in the eager context under
@@ -155,6 +156,7 @@ def _rename_functions(graph_def: Any) -> None:
 
     def rename(nodes: Any) -> None:
         for node in nodes:
+            node.op = new.get(node.op, node.op)
             for value in node.attr.values():
                 if value.HasField("func") and value.func.name in new:
                     value.func.name = new[value.func.name]
